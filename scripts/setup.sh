@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# One-step set-up on a fresh Debian 12 machine: install the packages, configure, build, then
+#   setup.sh serve   run the main job (for now: generate with the bundled tiny model)
+#   setup.sh test    run the test suite
+# Safe to rerun: apt and CMake skip what is already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(build-essential cmake ninja-build pkg-config libopenblas-dev nlohmann-json3-dev
+          libcli11-dev libgtest-dev libgmock-dev)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+BUILD=${BUILD_DIR:-build}
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$BUILD" -j "$(nproc)"
+
+case "${1:-}" in
+  serve)
+    shift
+    exec "$BUILD/tediserve" generate --model models/tiny-llada "${@:-123+456=}"
+    ;;
+  test)
+    exec ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)"
+    ;;
+  *)
+    echo "usage: $0 serve|test" >&2
+    exit 2
+    ;;
+esac

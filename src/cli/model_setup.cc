@@ -1,0 +1,47 @@
+#include "cli/model_setup.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace tediserve::cli {
+
+std::string DefaultModelDir() {
+  namespace fs = std::filesystem;
+  // Next to the binary's source tree when run from a build folder, else the working dir.
+  for (const fs::path& p : {fs::path(TEDI_SOURCE_DIR) / "models/tiny-llada", fs::path("models/tiny-llada")})
+    if (fs::exists(p / "config.json")) return p.string();
+  return "models/tiny-llada";
+}
+
+StatusOr<ModelBundle> LoadBundle(const std::string& dir) {
+  ModelBundle b;
+  ASSIGN_OR_RETURN(engine::LoadedModel m, engine::LoadModel(dir));
+  b.model = std::make_shared<const engine::LoadedModel>(std::move(m));
+  const std::string tok_path = (std::filesystem::path(dir) / "tokenizer.json").string();
+  ASSIGN_OR_RETURN(engine::Tokenizer tok, engine::Tokenizer::FromFile(tok_path));
+  b.tokenizer = std::make_unique<engine::Tokenizer>(std::move(tok));
+  b.default_gen_length = 128;
+  b.default_block_size = 32;
+  // LoadModel already parsed config.json; read it once more for our own optional section.
+  std::ifstream in(std::filesystem::path(dir) / "config.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("tediserve") && j["tediserve"].is_object()) {
+    const auto& t = j["tediserve"];
+    if (t.contains("gen_length") && t["gen_length"].is_number_integer()) b.default_gen_length = t["gen_length"];
+    if (t.contains("block_size") && t["block_size"].is_number_integer()) b.default_block_size = t["block_size"];
+  }
+  return b;
+}
+
+Status ValidateThreshold(double threshold) {
+  if (!(threshold > 0.0 && threshold <= 1.0) || !std::isfinite(threshold))
+    return InvalidArgument("threshold must be in (0, 1], got " + std::to_string(threshold));
+  return Status::Ok();
+}
+
+}  // namespace tediserve::cli

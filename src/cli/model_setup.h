@@ -1,0 +1,30 @@
+// What every command needs before it runs: a loaded model folder, its tokenizer, the
+// generation defaults recorded in its config.json, and an engine at the chosen TP degree.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "engine/decoder.h"
+#include "engine/tokenizer.h"
+#include "engine/weights.h"
+
+namespace tediserve::cli {
+
+// The folder of the bundled tiny model, relative to the source tree or the install.
+std::string DefaultModelDir();
+
+struct ModelBundle {
+  std::shared_ptr<const engine::LoadedModel> model;
+  std::unique_ptr<engine::Tokenizer> tokenizer;
+  int default_gen_length = 0;  // "tediserve": {"gen_length", "block_size"} in config.json,
+  int default_block_size = 0;  // else 128 / 32
+};
+
+StatusOr<ModelBundle> LoadBundle(const std::string& dir);
+
+// Checks a threshold from the command line: in (0, 1].
+Status ValidateThreshold(double threshold);
+
+}  // namespace tediserve::cli

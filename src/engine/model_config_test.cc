@@ -1,0 +1,265 @@
+#include "engine/model_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace tediserve::engine {
+namespace {
+
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+// The real LLaDA-8B config.json (the keys the engine reads).
+json LLaDA8B() {
+  return json::parse(R"({"architectures":["LLaDAModelLM"],"model_type":"llada","d_model":4096,
+    "n_heads":32,"n_kv_heads":32,"n_layers":32,"mlp_hidden_size":12288,"vocab_size":126464,
+    "embedding_size":126464,"max_sequence_length":4096,"rope_theta":500000.0,
+    "rms_norm_eps":1e-05,"mask_token_id":126336,"eos_token_id":126081,"weight_tying":false,
+    "include_bias":false})");
+}
+
+// Dream-7B's config.json (the keys the engine reads).
+json Dream7B() {
+  return json::parse(R"({"architectures":["DreamModel"],"model_type":"Dream","hidden_size":3584,
+    "intermediate_size":18944,"num_attention_heads":28,"num_key_value_heads":4,
+    "num_hidden_layers":28,"vocab_size":152064,"max_position_embeddings":131072,
+    "rope_theta":1000000.0,"rms_norm_eps":1e-06,"mask_token_id":151666,"eos_token_id":151643,
+    "tie_word_embeddings":false,"rope_scaling":null,"use_sliding_window":false})");
+}
+
+void ExpectError(const json& j, StatusCode code, const std::string& what) {
+  StatusOr<ModelConfig> c = ModelConfig::FromJson(j.dump());
+  ASSERT_FALSE(c.ok()) << j.dump();
+  EXPECT_EQ(c.status().code(), code) << c.status().ToString();
+  EXPECT_THAT(c.status().message(), HasSubstr(what));
+}
+
+TEST(ModelConfigTest, ParsesLLaDA8B) {
+  StatusOr<ModelConfig> c = ModelConfig::FromJson(LLaDA8B().dump());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, Architecture::kLLaDA);
+  EXPECT_EQ(c->d_model, 4096);
+  EXPECT_EQ(c->n_layers, 32);
+  EXPECT_EQ(c->n_heads, 32);
+  EXPECT_EQ(c->n_kv_heads, 32);
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->mlp_hidden, 12288);
+  EXPECT_EQ(c->vocab_size, 126464);
+  EXPECT_EQ(c->max_seq_len, 4096);
+  EXPECT_FLOAT_EQ(c->rope_theta, 500000.0f);
+  EXPECT_FLOAT_EQ(c->rms_eps, 1e-5f);
+  EXPECT_EQ(c->mask_token_id, 126336);
+  EXPECT_EQ(c->eos_token_id, 126081);
+  EXPECT_FALSE(c->qkv_bias);
+  EXPECT_FALSE(c->shift_logits);
+  EXPECT_FALSE(c->tie_embeddings);
+}
+
+TEST(ModelConfigTest, LLaDADefaultsAndVocabRows) {
+  json j = LLaDA8B();
+  for (const char* key : {"n_kv_heads", "rope_theta", "rms_norm_eps", "mask_token_id",
+                          "eos_token_id", "weight_tying", "include_bias", "embedding_size"}) {
+    j.erase(key);
+  }
+  j["vocab_size"] = 126400;
+  StatusOr<ModelConfig> c = ModelConfig::FromJson(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->n_kv_heads, 32);
+  EXPECT_FLOAT_EQ(c->rope_theta, 500000.0f);
+  EXPECT_FLOAT_EQ(c->rms_eps, 1e-5f);
+  EXPECT_EQ(c->mask_token_id, 126336);
+  EXPECT_EQ(c->eos_token_id, 126081);
+  EXPECT_EQ(c->vocab_size, 126400);  // no embedding_size: vocab_size
+
+  j["embedding_size"] = 126464;  // padded embedding rows win over the tokenizer vocab
+  c = ModelConfig::FromJson(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->vocab_size, 126464);
+
+  j["n_kv_heads"] = nullptr;  // null means "not set"
+  c = ModelConfig::FromJson(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->n_kv_heads, 32);
+}
+
+TEST(ModelConfigTest, ParsesDreamWithGqaBiasAndShift) {
+  StatusOr<ModelConfig> c = ModelConfig::FromJson(Dream7B().dump());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, Architecture::kDream);
+  EXPECT_EQ(c->d_model, 3584);
+  EXPECT_EQ(c->n_heads, 28);
+  EXPECT_EQ(c->n_kv_heads, 4);
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->n_layers, 28);
+  EXPECT_EQ(c->mlp_hidden, 18944);
+  EXPECT_EQ(c->vocab_size, 152064);
+  EXPECT_EQ(c->max_seq_len, 131072);
+  EXPECT_FLOAT_EQ(c->rope_theta, 1e6f);
+  EXPECT_FLOAT_EQ(c->rms_eps, 1e-6f);
+  EXPECT_EQ(c->mask_token_id, 151666);
+  EXPECT_EQ(c->eos_token_id, 151643);
+  EXPECT_TRUE(c->qkv_bias);
+  EXPECT_TRUE(c->shift_logits);
+  EXPECT_FALSE(c->tie_embeddings);
+}
+
+TEST(ModelConfigTest, DreamDefaults) {
+  json j = Dream7B();
+  for (const char* key : {"num_key_value_heads", "rope_theta", "rms_norm_eps", "mask_token_id",
+                          "eos_token_id"}) {
+    j.erase(key);
+  }
+  j["tie_word_embeddings"] = true;
+  StatusOr<ModelConfig> c = ModelConfig::FromJson(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->n_kv_heads, 28);
+  EXPECT_FLOAT_EQ(c->rope_theta, 1e6f);
+  EXPECT_FLOAT_EQ(c->rms_eps, 1e-6f);
+  EXPECT_EQ(c->mask_token_id, 151666);
+  EXPECT_EQ(c->eos_token_id, 151643);
+  EXPECT_TRUE(c->tie_embeddings);
+
+  j["eos_token_id"] = {151643, 151645};  // Hugging Face allows a list
+  c = ModelConfig::FromJson(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->eos_token_id, 151643);
+}
+
+TEST(ModelConfigTest, ArchitectureFromModelTypeAlone) {
+  json j = LLaDA8B();
+  j.erase("architectures");
+  StatusOr<ModelConfig> c = ModelConfig::FromJson(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, Architecture::kLLaDA);
+  j = Dream7B();
+  j.erase("architectures");
+  c = ModelConfig::FromJson(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, Architecture::kDream);
+}
+
+TEST(ModelConfigTest, UnknownArchitecture) {
+  json j = LLaDA8B();
+  j["architectures"] = {"LlamaForCausalLM"};
+  StatusOr<ModelConfig> c = ModelConfig::FromJson(j.dump());
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.status().message(),
+            "unknown architecture 'LlamaForCausalLM' (supported: LLaDA, Dream)");
+
+  j.erase("architectures");
+  j["model_type"] = "gpt2";
+  ExpectError(j, StatusCode::kInvalidArgument, "unknown architecture 'gpt2'");
+  j.erase("model_type");
+  ExpectError(j, StatusCode::kInvalidArgument, "neither 'architectures' nor 'model_type'");
+  j["architectures"] = "LLaDAModelLM";  // not a list
+  ExpectError(j, StatusCode::kInvalidArgument, "'architectures'");
+}
+
+TEST(ModelConfigTest, MissingRequiredKeyIsNamed) {
+  for (const char* key : {"d_model", "n_heads", "n_layers", "mlp_hidden_size",
+                          "max_sequence_length"}) {
+    json j = LLaDA8B();
+    j.erase(key);
+    ExpectError(j, StatusCode::kInvalidArgument, std::string("missing required key '") + key);
+  }
+  json j = LLaDA8B();
+  j.erase("vocab_size");
+  j.erase("embedding_size");
+  ExpectError(j, StatusCode::kInvalidArgument, "'vocab_size'");
+  for (const char* key : {"hidden_size", "num_attention_heads", "num_hidden_layers",
+                          "intermediate_size", "vocab_size", "max_position_embeddings"}) {
+    json d = Dream7B();
+    d.erase(key);
+    ExpectError(d, StatusCode::kInvalidArgument, std::string("missing required key '") + key);
+  }
+}
+
+TEST(ModelConfigTest, WrongTypeIsNamed) {
+  json j = LLaDA8B();
+  j["d_model"] = "4096";
+  ExpectError(j, StatusCode::kInvalidArgument, "key 'd_model' must be an integer");
+  j = LLaDA8B();
+  j["n_heads"] = 32.5;
+  ExpectError(j, StatusCode::kInvalidArgument, "key 'n_heads' must be an integer");
+  j = LLaDA8B();
+  j["rope_theta"] = "big";
+  ExpectError(j, StatusCode::kInvalidArgument, "key 'rope_theta' must be a number");
+  j = LLaDA8B();
+  j["weight_tying"] = 1;
+  ExpectError(j, StatusCode::kInvalidArgument, "key 'weight_tying' must be true or false");
+  j = LLaDA8B();
+  j["d_model"] = 1e12;
+  ExpectError(j, StatusCode::kInvalidArgument, "'d_model'");
+  j = LLaDA8B();
+  j["d_model"] = int64_t{1} << 40;
+  ExpectError(j, StatusCode::kInvalidArgument, "'d_model'");
+}
+
+TEST(ModelConfigTest, NotJson) {
+  StatusOr<ModelConfig> c = ModelConfig::FromJson("{\"d_model\": ");
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("not valid JSON"));
+  c = ModelConfig::FromJson("[1]");
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ModelConfigTest, BadValues) {
+  json j = LLaDA8B();
+  j["n_heads"] = 30;
+  j["n_kv_heads"] = 30;
+  ExpectError(j, StatusCode::kInvalidArgument, "n_heads (30) does not divide d_model (4096)");
+  j = LLaDA8B();
+  j["n_kv_heads"] = 5;
+  ExpectError(j, StatusCode::kInvalidArgument, "n_kv_heads (5) does not divide n_heads (32)");
+  j = LLaDA8B();
+  j["n_layers"] = 0;
+  ExpectError(j, StatusCode::kInvalidArgument, "n_layers must be positive");
+  j = LLaDA8B();
+  j["d_model"] = -4096;
+  ExpectError(j, StatusCode::kInvalidArgument, "d_model must be positive");
+  j = LLaDA8B();
+  j["d_model"] = 96;  // head_dim 3: RoPE rotates pairs
+  ExpectError(j, StatusCode::kInvalidArgument, "must be even");
+  j = LLaDA8B();
+  j["mask_token_id"] = 126464;
+  ExpectError(j, StatusCode::kInvalidArgument, "mask_token_id 126464 is outside");
+  j = LLaDA8B();
+  j["eos_token_id"] = -1;
+  ExpectError(j, StatusCode::kInvalidArgument, "eos_token_id -1 is outside");
+  j = LLaDA8B();
+  j["rms_norm_eps"] = 0;
+  ExpectError(j, StatusCode::kInvalidArgument, "rms_norm_eps");
+  j = LLaDA8B();
+  j["rope_theta"] = -1.0;
+  ExpectError(j, StatusCode::kInvalidArgument, "rope_theta");
+}
+
+TEST(ModelConfigTest, UnsupportedFeatures) {
+  json j = LLaDA8B();
+  j["include_bias"] = true;
+  ExpectError(j, StatusCode::kUnimplemented, "include_bias");
+  j = Dream7B();
+  j["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}};
+  ExpectError(j, StatusCode::kUnimplemented, "rope_scaling");
+  j = Dream7B();
+  j["use_sliding_window"] = true;
+  ExpectError(j, StatusCode::kUnimplemented, "use_sliding_window");
+}
+
+TEST(ModelConfigTest, ValidateDirectly) {
+  ModelConfig c = *ModelConfig::FromJson(LLaDA8B().dump());
+  EXPECT_TRUE(c.Validate().ok());
+  c.head_dim = 64;
+  EXPECT_EQ(c.Validate().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ModelConfig().Validate().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ModelConfigTest, ArchitectureNames) {
+  EXPECT_STREQ(ArchitectureName(Architecture::kLLaDA), "LLaDA");
+  EXPECT_STREQ(ArchitectureName(Architecture::kDream), "Dream");
+}
+
+}  // namespace
+}  // namespace tediserve::engine

@@ -1,0 +1,230 @@
+#include "engine/tokenizer.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace tediserve::engine {
+
+namespace {
+
+using json = nlohmann::json;
+
+// Ids index dense tables; a corrupt id must not allocate gigabytes.
+constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+constexpr const char* kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+
+// Decodes the UTF-8 sequence at s[i]; returns its length, or 0 if the bytes are not valid
+// UTF-8 (used only to name the offending character in an error).
+size_t DecodeUtf8(std::string_view s, size_t i, uint32_t* code_point) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char b0 = byte(i);
+  size_t len = 0;
+  uint32_t cp = 0;
+  if (b0 < 0x80) {
+    len = 1;
+    cp = b0;
+  } else if ((b0 & 0xe0) == 0xc0) {
+    len = 2;
+    cp = b0 & 0x1f;
+  } else if ((b0 & 0xf0) == 0xe0) {
+    len = 3;
+    cp = b0 & 0x0f;
+  } else if ((b0 & 0xf8) == 0xf0) {
+    len = 4;
+    cp = b0 & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + len > s.size()) return 0;
+  for (size_t k = 1; k < len; ++k) {
+    if ((byte(i + k) & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (byte(i + k) & 0x3f);
+  }
+  *code_point = cp;
+  return len;
+}
+
+std::string CodePointName(uint32_t cp) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "U+%04X", cp);
+  return buf;
+}
+
+bool IsCharacterSplit(const json& pre) {
+  if (pre.is_null()) return true;
+  if (!pre.is_object() || !pre.contains("type") || pre.at("type") != "Split") return false;
+  const auto pattern = pre.find("pattern");
+  return pattern != pre.end() && pattern->is_object() && pattern->contains("String") &&
+         pattern->at("String") == "";
+}
+
+}  // namespace
+
+StatusOr<Tokenizer> Tokenizer::FromFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound(path + ": cannot open tokenizer file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  StatusOr<Tokenizer> tok = FromJson(text.str());
+  if (!tok.ok()) return tok.status().WithContext(path);
+  return tok;
+}
+
+StatusOr<Tokenizer> Tokenizer::FromJson(const std::string& json_text) {
+  const json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return InvalidArgument("tokenizer is not valid JSON");
+  if (!j.is_object()) return InvalidArgument("tokenizer is not a JSON object");
+  const auto model_it = j.find("model");
+  if (model_it == j.end() || !model_it->is_object()) {
+    return InvalidArgument("tokenizer has no 'model' object");
+  }
+  const json& model = *model_it;
+  const auto type_it = model.find("type");
+  if (type_it == model.end() || !type_it->is_string()) {
+    return InvalidArgument("tokenizer has no string 'model.type'");
+  }
+  const std::string type = type_it->get<std::string>();
+  if (type != "WordLevel") {
+    return Unimplemented("tokenizer model type '" + type +
+                         "' is not supported yet (supported: WordLevel)");
+  }
+  // Greedy matching equals the Hugging Face result only when the text is split into single
+  // characters first and not rewritten; refuse anything else.
+  if (j.contains("normalizer") && !j["normalizer"].is_null()) {
+    return Unimplemented("tokenizer normalizer " + j["normalizer"].dump() + " is not supported");
+  }
+  if (j.contains("pre_tokenizer") && !IsCharacterSplit(j["pre_tokenizer"])) {
+    return Unimplemented("tokenizer pre_tokenizer " + j["pre_tokenizer"].dump() +
+                         " is not supported (only a Split on the empty string)");
+  }
+
+  Tokenizer tok;
+  auto add = [&tok](const std::string& token, const json& id_json, bool special) -> Status {
+    if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 ||
+        id_json.get<int64_t>() > kMaxTokenId) {
+      return InvalidArgument("token '" + token + "' has id " + id_json.dump() +
+                             ", expected an integer in [0, " + std::to_string(kMaxTokenId) +
+                             "]");
+    }
+    if (token.empty()) return InvalidArgument("token with id " + id_json.dump() + " is empty");
+    const auto id = static_cast<int32_t>(id_json.get<int64_t>());
+    const auto known = tok.token_to_id_.find(token);
+    if (known != tok.token_to_id_.end() && known->second != id) {
+      return InvalidArgument("token '" + token + "' has ids " + std::to_string(known->second) +
+                             " and " + std::to_string(id));
+    }
+    if (static_cast<size_t>(id) >= tok.id_to_token_.size()) {
+      tok.id_to_token_.resize(id + 1);
+      tok.special_.resize(id + 1, false);
+    }
+    std::string& slot = tok.id_to_token_[id];
+    if (!slot.empty() && slot != token) {
+      return InvalidArgument("tokens '" + slot + "' and '" + token + "' both have id " +
+                             std::to_string(id));
+    }
+    slot = token;
+    tok.special_[id] = tok.special_[id] || special;
+    tok.token_to_id_[token] = id;
+    tok.max_token_bytes_ = std::max(tok.max_token_bytes_, token.size());
+    return Status::Ok();
+  };
+
+  const auto vocab_it = model.find("vocab");
+  if (vocab_it == model.end() || !vocab_it->is_object()) {
+    return InvalidArgument("tokenizer has no 'model.vocab' object");
+  }
+  for (const auto& [token, id] : vocab_it->items()) RETURN_IF_ERROR(add(token, id, false));
+
+  if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
+    const json& added = j["added_tokens"];
+    if (!added.is_array()) return InvalidArgument("tokenizer 'added_tokens' is not a list");
+    for (const json& t : added) {
+      if (!t.is_object() || !t.contains("id") || !t.contains("content") ||
+          !t["content"].is_string()) {
+        return InvalidArgument("tokenizer added_tokens entry " + t.dump() +
+                               " lacks an 'id' or a string 'content'");
+      }
+      const json special = t.value("special", json(false));
+      if (!special.is_boolean()) {
+        return InvalidArgument("tokenizer added_tokens entry " + t.dump() +
+                               " has a non-boolean 'special'");
+      }
+      RETURN_IF_ERROR(add(t["content"].get<std::string>(), t["id"], special.get<bool>()));
+    }
+  }
+  if (tok.id_to_token_.empty()) return InvalidArgument("tokenizer vocabulary is empty");
+
+  for (const char* name : {"<|eos|>", "<|endoftext|>", "</s>", "<eos>"}) {
+    const auto id = tok.TokenToId(name);
+    if (id && tok.IsSpecial(*id)) {
+      tok.eos_id_ = *id;
+      break;
+    }
+  }
+  return tok;
+}
+
+StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text) const {
+  std::vector<int32_t> ids;
+  ids.reserve(text.size());
+  size_t i = 0;
+  while (i < text.size()) {
+    const size_t longest = std::min(max_token_bytes_, text.size() - i);
+    bool matched = false;
+    for (size_t len = longest; len > 0; --len) {
+      const auto it = token_to_id_.find(text.substr(i, len));
+      if (it != token_to_id_.end()) {
+        ids.push_back(it->second);
+        i += len;
+        matched = true;
+        break;
+      }
+    }
+    if (matched) continue;
+    uint32_t cp = 0;
+    const size_t len = DecodeUtf8(text, i, &cp);
+    const std::string offset = " at byte offset " + std::to_string(i);
+    if (len == 0) {
+      char byte[8];
+      std::snprintf(byte, sizeof(byte), "0x%02X", static_cast<unsigned char>(text[i]));
+      return InvalidArgument("invalid UTF-8 byte " + std::string(byte) + offset);
+    }
+    const bool printable = cp >= 0x20 && cp != 0x7f;
+    // Built by appending: GCC 12 gives a false -Wrestrict for "'" + std::string(...).
+    std::string shown = CodePointName(cp);
+    if (printable) {
+      shown = std::string("'").append(text.substr(i, len)).append("' (").append(shown) + ")";
+    }
+    return InvalidArgument("character " + shown + offset +
+                           " is not in the tokenizer vocabulary");
+  }
+  return ids;
+}
+
+std::string Tokenizer::Decode(const std::vector<int32_t>& ids, int32_t stop_id) const {
+  std::string text;
+  for (int32_t id : ids) {
+    if (stop_id >= 0 && id == stop_id) break;
+    if (id < 0 || id >= vocab_size() || id_to_token_[id].empty()) {
+      text += kReplacement;
+    } else if (!special_[id]) {
+      text += id_to_token_[id];
+    }
+  }
+  return text;
+}
+
+std::optional<int32_t> Tokenizer::TokenToId(std::string_view token) const {
+  const auto it = token_to_id_.find(token);
+  if (it == token_to_id_.end()) return std::nullopt;
+  return it->second;
+}
+
+bool Tokenizer::IsSpecial(int32_t id) const {
+  return id >= 0 && id < vocab_size() && special_[id];
+}
+
+}  // namespace tediserve::engine

@@ -1,0 +1,75 @@
+#include "engine/vector_math.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TEDI_MULTIVERSION __attribute__((target_clones("avx512f", "avx2,fma", "default")))
+#else
+#define TEDI_MULTIVERSION
+#endif
+
+namespace tediserve::engine::vec {
+namespace {
+
+// exp(x) = 2^k * exp(r), k = round(x / ln2), |r| <= ln2/2; exp(r) by a degree-6 polynomial.
+// Branch-free so that the loops around it vectorise.
+inline float FastExp(float x) {
+  const bool underflow = x < -87.3f;  // below the normal range: 0, as the softmax wants
+  x = underflow ? -87.3f : (x > 88.3f ? 88.3f : x);
+  const float k = std::floor(x * 1.44269504088896341f + 0.5f);
+  float r = x - k * 0.693359375f;
+  r = r - k * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return underflow ? 0.0f : p * scale;
+}
+
+}  // namespace
+
+TEDI_MULTIVERSION
+void Softmax(float* row, int n) {
+  float m = row[0];
+  for (int i = 1; i < n; ++i) m = row[i] > m ? row[i] : m;
+  float sum = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    row[i] = FastExp(row[i] - m);
+    sum += row[i];
+  }
+  const float inv = 1.0f / sum;
+  for (int i = 0; i < n; ++i) row[i] *= inv;
+}
+
+TEDI_MULTIVERSION
+void SiluMul(float* g, const float* u, int n) {
+  for (int i = 0; i < n; ++i) g[i] = g[i] / (1.0f + FastExp(-g[i])) * u[i];
+}
+
+TEDI_MULTIVERSION
+void RmsNorm(const float* x, const float* w, int n, float eps, float* y) {
+  float ss = 0.0f;
+  for (int i = 0; i < n; ++i) ss += x[i] * x[i];
+  const float inv = 1.0f / std::sqrt(ss / n + eps);
+  for (int i = 0; i < n; ++i) y[i] = x[i] * inv * w[i];
+}
+
+TEDI_MULTIVERSION
+void Add(float* y, const float* x, long n) {
+  for (long i = 0; i < n; ++i) y[i] += x[i];
+}
+
+TEDI_MULTIVERSION
+void Exp(const float* x, float* y, int n) {
+  for (int i = 0; i < n; ++i) y[i] = FastExp(x[i]);
+}
+
+}  // namespace tediserve::engine::vec

@@ -1,0 +1,537 @@
+#!/usr/bin/python3
+"""Trains TeDiServe's bundled tiny diffusion LM and writes its model folder and fixtures.
+
+The model has the LLaDA layout (RMSNorm, RoPE rotate-half, MHA, SwiGLU, no biases, untied
+head, bidirectional attention) and is trained with the masked-diffusion objective: for each
+example a mask ratio t ~ U(0, 1) is drawn, every response token is masked with probability t,
+and the cross-entropy on masked tokens is weighted by 1/t. Half of the examples are masked
+the way block decoding sees them (earlier blocks clean, the current block partly masked,
+later blocks fully masked), so that semi-autoregressive decoding is in-distribution.
+
+The tasks have checkable answers and mixed difficulty, so step counts differ between requests:
+multi-digit addition and subtraction, small multiplication, string reversal and digit sorting.
+
+Outputs (all deterministic for a given --seed, on the same torch build):
+  <out>/config.json, model.safetensors (bf16), tokenizer.json, heldout.jsonl, TRAINING.md
+  <fixtures>/llada_reference.safetensors   inputs and PyTorch fp32 logits of the tiny model
+  <fixtures>/tiny-dream/                   a random Dream-layout checkpoint (GQA, q/k/v biases)
+  <fixtures>/dream_reference.safetensors   and its PyTorch logits (shifted)
+
+Only an offline tool: the C++ build and the tests never run it. Use Debian's torch:
+  /usr/bin/python3 tools/train_tiny_model.py --out models/tiny-llada --fixtures tests/fixtures
+"""
+
+import argparse
+import json
+import math
+import os
+import random
+import struct
+import time
+
+import torch
+import torch.nn.functional as F
+
+# ---------------------------------------------------------------------------------------
+# Vocabulary: character level, plus three special tokens.
+SPECIALS = ["<|eos|>", "<|mask|>", "<|unk|>"]
+CHARS = list("0123456789abcdefghijklmnopqrstuvwxyz+-*=: ")
+VOCAB = SPECIALS + CHARS
+EOS_ID, MASK_ID, UNK_ID = 0, 1, 2
+STOI = {c: i for i, c in enumerate(VOCAB)}
+# The embedding has a few spare rows, as real checkpoints do (embedding_size >= vocab).
+VOCAB_SIZE = 48
+
+GEN_LENGTH = 16   # tokens the model writes (answer, then EOS fill)
+BLOCK_SIZE = 8    # decoding block of the default eval setting
+
+
+def encode(s):
+    return [STOI[c] for c in s]
+
+
+# ---------------------------------------------------------------------------------------
+# Tasks. Each returns (prompt, answer); answers are at most GEN_LENGTH - 1 characters.
+def task_add(rng):
+    nd = rng.choice([2, 3, 3, 4])
+    a = rng.randrange(10 ** (nd - 1), 10 ** nd)
+    b = rng.randrange(0, 10 ** rng.choice([nd - 1, nd]))
+    return f"{a}+{b}=", str(a + b)
+
+
+def task_sub(rng):
+    nd = rng.choice([2, 3, 4])
+    a = rng.randrange(10 ** (nd - 1), 10 ** nd)
+    b = rng.randrange(0, a + 1)
+    return f"{a}-{b}=", str(a - b)
+
+
+def task_mul(rng):
+    a = rng.randrange(10, 1000 if rng.random() < 0.5 else 100)
+    b = rng.randrange(2, 10)
+    return f"{a}*{b}=", str(a * b)
+
+
+def task_rev(rng):
+    n = rng.randrange(3, 11)
+    s = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(n))
+    return f"rev:{s}=", s[::-1]
+
+
+def task_sort(rng):
+    n = rng.randrange(3, 11)
+    s = "".join(rng.choice("0123456789") for _ in range(n))
+    return f"sort:{s}=", "".join(sorted(s))
+
+
+TASKS = [("add", task_add, 0.3), ("sub", task_sub, 0.2), ("mul", task_mul, 0.2),
+         ("rev", task_rev, 0.15), ("sort", task_sort, 0.15)]
+
+
+def sample_task(rng):
+    r = rng.random()
+    acc = 0.0
+    for name, fn, w in TASKS:
+        acc += w
+        if r < acc:
+            return name, *fn(rng)
+    return TASKS[-1][0], *TASKS[-1][1](rng)
+
+
+# ---------------------------------------------------------------------------------------
+# The model: LLaDA layout. Linear weights are [out, in] as in PyTorch / Hugging Face.
+class Config:
+    def __init__(self, d_model=128, n_layers=4, n_heads=4, n_kv_heads=4, mlp_hidden=384,
+                 vocab_size=VOCAB_SIZE, max_seq_len=256, rope_theta=500000.0, rms_eps=1e-5,
+                 qkv_bias=False, shift_logits=False):
+        self.__dict__.update(locals())
+        del self.__dict__["self"]
+        self.head_dim = d_model // n_heads
+
+
+def rms_norm(x, w, eps):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)) * w
+
+
+_ROPE_CACHE = {}
+
+
+def rope_tables(S, hd, theta):
+    key = (S, hd, theta)
+    if key not in _ROPE_CACHE:
+        inv = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+        ang = torch.arange(S, dtype=torch.float64)[:, None] * inv[None, :]   # [S, hd/2]
+        _ROPE_CACHE[key] = (torch.cat([ang.cos(), ang.cos()], -1).float(),
+                            torch.cat([ang.sin(), ang.sin()], -1).float())
+    return _ROPE_CACHE[key]
+
+
+def rope(x, theta):
+    # x: [B, H, S, hd], positions 0..S-1; NeoX rotate-half convention.
+    hd, S = x.shape[-1], x.shape[-2]
+    cos, sin = rope_tables(S, hd, theta)
+    x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
+    rot = torch.cat([-x2, x1], -1)
+    return x * cos + rot * sin
+
+
+class Model(torch.nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        d, hd = cfg.d_model, cfg.head_dim
+        g = lambda *s: torch.nn.Parameter(torch.randn(*s) * 0.02)
+        self.wte = g(cfg.vocab_size, d)
+        self.layers = torch.nn.ModuleList()
+        for _ in range(cfg.n_layers):
+            L = torch.nn.Module()
+            L.attn_norm = torch.nn.Parameter(torch.ones(d))
+            L.q = g(cfg.n_heads * hd, d)
+            L.k = g(cfg.n_kv_heads * hd, d)
+            L.v = g(cfg.n_kv_heads * hd, d)
+            if cfg.qkv_bias:
+                L.bq = g(cfg.n_heads * hd)
+                L.bk = g(cfg.n_kv_heads * hd)
+                L.bv = g(cfg.n_kv_heads * hd)
+            L.o = torch.nn.Parameter(torch.randn(d, cfg.n_heads * hd) * 0.02 / math.sqrt(2 * cfg.n_layers))
+            L.ff_norm = torch.nn.Parameter(torch.ones(d))
+            L.gate = g(cfg.mlp_hidden, d)
+            L.up = g(cfg.mlp_hidden, d)
+            L.down = torch.nn.Parameter(torch.randn(d, cfg.mlp_hidden) * 0.02 / math.sqrt(2 * cfg.n_layers))
+            self.layers.append(L)
+        self.ln_f = torch.nn.Parameter(torch.ones(d))
+        self.head = g(cfg.vocab_size, d)
+
+    def forward(self, ids, key_pad=None):
+        """ids [B, S] -> logits [B, S, V] (fp32). key_pad [B, S] True where padding."""
+        cfg = self.cfg
+        B, S = ids.shape
+        hd = cfg.head_dim
+        x = self.wte[ids]
+        attn_mask = None
+        if key_pad is not None:
+            attn_mask = torch.zeros(B, 1, 1, S)
+            attn_mask = attn_mask.masked_fill(key_pad[:, None, None, :], float("-inf"))
+        rep = cfg.n_heads // cfg.n_kv_heads
+        for L in self.layers:
+            h = rms_norm(x, L.attn_norm, cfg.rms_eps)
+            q = h @ L.q.t()
+            k = h @ L.k.t()
+            v = h @ L.v.t()
+            if cfg.qkv_bias:
+                q, k, v = q + L.bq, k + L.bk, v + L.bv
+            q = q.view(B, S, cfg.n_heads, hd).transpose(1, 2)
+            k = k.view(B, S, cfg.n_kv_heads, hd).transpose(1, 2)
+            v = v.view(B, S, cfg.n_kv_heads, hd).transpose(1, 2)
+            q, k = rope(q, cfg.rope_theta), rope(k, cfg.rope_theta)
+            if rep > 1:
+                k = k.repeat_interleave(rep, 1)
+                v = v.repeat_interleave(rep, 1)
+            att = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
+            if attn_mask is not None:
+                att = att + attn_mask
+            y = att.softmax(-1) @ v
+            y = y.transpose(1, 2).reshape(B, S, cfg.n_heads * hd)
+            x = x + y @ L.o.t()
+            h = rms_norm(x, L.ff_norm, cfg.rms_eps)
+            x = x + (F.silu(h @ L.gate.t()) * (h @ L.up.t())) @ L.down.t()
+        x = rms_norm(x, self.ln_f, cfg.rms_eps)
+        logits = x @ self.head.t()
+        if cfg.shift_logits:  # Dream: position i is predicted from hidden state i-1
+            logits = torch.cat([logits[:, :1], logits[:, :-1]], 1)
+        return logits
+
+
+# ---------------------------------------------------------------------------------------
+# Training batches.
+def make_batch(rng, batch):
+    rows = []
+    for _ in range(batch):
+        _, p, a = sample_task(rng)
+        resp = encode(a) + [EOS_ID] * (GEN_LENGTH - len(a))
+        rows.append((encode(p), resp))
+    S = max(len(p) for p, _ in rows) + GEN_LENGTH
+    ids = torch.full((batch, S), EOS_ID, dtype=torch.long)
+    tgt = torch.full((batch, S), -100, dtype=torch.long)
+    pad = torch.ones(batch, S, dtype=torch.bool)
+    weight = torch.zeros(batch, S)
+    for i, (p, r) in enumerate(rows):
+        n = len(p)
+        ids[i, :n] = torch.tensor(p)
+        ids[i, n:n + GEN_LENGTH] = torch.tensor(r)
+        pad[i, :n + GEN_LENGTH] = False
+        # Mask pattern: plain (uniform t over the response) or block-structured.
+        if rng.random() < 0.5:
+            t = rng.uniform(0.02, 1.0)
+            m = torch.rand(GEN_LENGTH, generator=None) < t
+            if not m.any():
+                m[rng.randrange(GEN_LENGTH)] = True
+            w = 1.0 / t
+        else:
+            bs = rng.choice([4, 8, 16])
+            nb = GEN_LENGTH // bs
+            cur = rng.randrange(nb)
+            t = rng.uniform(0.02, 1.0)
+            m = torch.zeros(GEN_LENGTH, dtype=torch.bool)
+            m[(cur + 1) * bs:] = True
+            blk = torch.rand(bs) < t
+            if not blk.any():
+                blk[rng.randrange(bs)] = True
+            m[cur * bs:(cur + 1) * bs] = blk
+            w = 1.0 / t
+        sl = slice(n, n + GEN_LENGTH)
+        tgt[i, sl] = torch.where(m, ids[i, sl], torch.full_like(ids[i, sl], -100))
+        ids[i, sl] = torch.where(m, torch.full_like(ids[i, sl], MASK_ID), ids[i, sl])
+        weight[i, sl] = m.float() * w / GEN_LENGTH
+    return ids, tgt, pad, weight
+
+
+def train(model, args):
+    rng = random.Random(args.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    t0 = time.time()
+    for step in range(1, args.steps + 1):
+        lr = args.lr * min(1.0, step / 100) * (0.5 * (1 + math.cos(math.pi * min(1.0, step / args.steps))) * 0.95 + 0.05)
+        for gparam in opt.param_groups:
+            gparam["lr"] = lr
+        ids, tgt, pad, weight = make_batch(rng, args.batch)
+        logits = model(ids, pad)
+        ce = F.cross_entropy(logits.view(-1, logits.shape[-1]), tgt.view(-1).clamp(min=0),
+                             reduction="none").view(tgt.shape)
+        loss = (ce * weight).sum() / ids.shape[0]
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % 200 == 0 or step == 1:
+            print(f"step {step:6d} loss {loss.item():.4f} lr {lr:.2e} {time.time() - t0:.0f}s", flush=True)
+
+
+# ---------------------------------------------------------------------------------------
+# Reference decoding (no cache), used to report the trade-off at training time.
+@torch.no_grad()
+def decode(model, prompt, threshold, gen_length=GEN_LENGTH, block=BLOCK_SIZE):
+    p = encode(prompt)
+    x = torch.tensor([p + [MASK_ID] * gen_length])
+    steps = 0
+    for b in range(gen_length // block):
+        lo, hi = len(p) + b * block, len(p) + (b + 1) * block
+        while (x[0, lo:hi] == MASK_ID).any():
+            logits = model(x)[0, lo:hi].double()
+            prob = logits.softmax(-1)
+            conf, tok = prob.max(-1)
+            masked = x[0, lo:hi] == MASK_ID
+            conf = torch.where(masked, conf, torch.full_like(conf, -1.0))
+            sel = masked & (conf >= threshold)
+            if not sel.any():
+                sel[conf.argmax()] = True
+            x[0, lo:hi] = torch.where(sel, tok, x[0, lo:hi])
+            steps += 1
+    out = x[0, len(p):].tolist()
+    s = ""
+    for t in out:
+        if t == EOS_ID:
+            break
+        s += VOCAB[t] if t < len(VOCAB) else "?"
+    return s, steps
+
+
+# ---------------------------------------------------------------------------------------
+# Writing safetensors by hand (the Debian torch has no safetensors module).
+def bf16_round(t):
+    return t.detach().to(torch.bfloat16).float()
+
+
+def write_safetensors(path, tensors, metadata=None):
+    header = {}
+    blobs = []
+    off = 0
+    for name, (dtype, t) in tensors.items():
+        t = t.detach().contiguous()
+        if dtype == "BF16":
+            raw = t.to(torch.bfloat16).view(torch.int16).numpy().tobytes()
+        elif dtype == "F16":
+            raw = t.to(torch.float16).numpy().tobytes()
+        elif dtype == "F32":
+            raw = t.float().numpy().tobytes()
+        elif dtype == "I32":
+            raw = t.to(torch.int32).numpy().tobytes()
+        else:
+            raise ValueError(dtype)
+        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    if metadata:
+        header["__metadata__"] = metadata
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def llada_tensors(model, dtype):
+    t = {"model.transformer.wte.weight": (dtype, model.wte)}
+    for i, L in enumerate(model.layers):
+        p = f"model.transformer.blocks.{i}."
+        t[p + "attn_norm.weight"] = (dtype, L.attn_norm)
+        t[p + "q_proj.weight"] = (dtype, L.q)
+        t[p + "k_proj.weight"] = (dtype, L.k)
+        t[p + "v_proj.weight"] = (dtype, L.v)
+        t[p + "attn_out.weight"] = (dtype, L.o)
+        t[p + "ff_norm.weight"] = (dtype, L.ff_norm)
+        t[p + "ff_proj.weight"] = (dtype, L.gate)
+        t[p + "up_proj.weight"] = (dtype, L.up)
+        t[p + "ff_out.weight"] = (dtype, L.down)
+    t["model.transformer.ln_f.weight"] = (dtype, model.ln_f)
+    t["model.transformer.ff_out.weight"] = (dtype, model.head)
+    return t
+
+
+def dream_tensors(model, dtype):
+    t = {"model.embed_tokens.weight": (dtype, model.wte)}
+    for i, L in enumerate(model.layers):
+        p = f"model.layers.{i}."
+        t[p + "input_layernorm.weight"] = (dtype, L.attn_norm)
+        t[p + "self_attn.q_proj.weight"] = (dtype, L.q)
+        t[p + "self_attn.q_proj.bias"] = (dtype, L.bq)
+        t[p + "self_attn.k_proj.weight"] = (dtype, L.k)
+        t[p + "self_attn.k_proj.bias"] = (dtype, L.bk)
+        t[p + "self_attn.v_proj.weight"] = (dtype, L.v)
+        t[p + "self_attn.v_proj.bias"] = (dtype, L.bv)
+        t[p + "self_attn.o_proj.weight"] = (dtype, L.o)
+        t[p + "post_attention_layernorm.weight"] = (dtype, L.ff_norm)
+        t[p + "mlp.gate_proj.weight"] = (dtype, L.gate)
+        t[p + "mlp.up_proj.weight"] = (dtype, L.up)
+        t[p + "mlp.down_proj.weight"] = (dtype, L.down)
+    t["model.norm.weight"] = (dtype, model.ln_f)
+    t["lm_head.weight"] = (dtype, model.head)
+    return t
+
+
+def round_params_to_bf16(model):
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(bf16_round(p))
+
+
+def write_tokenizer(path):
+    tok = {
+        "version": "1.0",
+        "added_tokens": [{"id": i, "content": s, "special": True} for i, s in enumerate(SPECIALS)],
+        "pre_tokenizer": {"type": "Split", "pattern": {"String": ""}, "behavior": "Isolated"},
+        "model": {"type": "WordLevel", "vocab": {s: i for i, s in enumerate(VOCAB)},
+                  "unk_token": "<|unk|>"},
+    }
+    with open(path, "w") as f:
+        json.dump(tok, f, indent=1)
+        f.write("\n")
+
+
+def reference_inputs(cfg_rng, n_rows, vocab, mask_id, lengths):
+    rows = []
+    for n in lengths[:n_rows]:
+        ids = [cfg_rng.randrange(3, min(vocab, len(VOCAB))) for _ in range(n)]
+        for j in range(n // 2, n):  # a masked suffix, as in real decoding
+            if cfg_rng.random() < 0.7:
+                ids[j] = mask_id
+        rows.append(ids)
+    return rows
+
+
+def write_reference(model, path, rng, mask_id, lengths):
+    """Inputs of different lengths (padded with -1 in the file) and their fp32 logits."""
+    rows = reference_inputs(rng, len(lengths), model.cfg.vocab_size, mask_id, lengths)
+    S = max(lengths)
+    ids = torch.full((len(rows), S), -1, dtype=torch.int32)
+    logits = torch.zeros(len(rows), S, model.cfg.vocab_size)
+    with torch.no_grad():
+        for i, r in enumerate(rows):
+            ids[i, :len(r)] = torch.tensor(r, dtype=torch.int32)
+            logits[i, :len(r)] = model(torch.tensor([r]))[0]
+    write_safetensors(path, {"input_ids": ("I32", ids), "logits": ("F32", logits)})
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="models/tiny-llada")
+    ap.add_argument("--fixtures", default="tests/fixtures")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--steps", type=int, default=6000)
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--heldout", type=int, default=400)
+    ap.add_argument("--d-model", type=int, default=128)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--eval-only", action="store_true", help="reload --out and report")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(args.fixtures, exist_ok=True)
+
+    cfg = Config(d_model=args.d_model, n_layers=args.layers, n_heads=4, n_kv_heads=4,
+                 mlp_hidden=3 * args.d_model)
+    model = Model(cfg)
+    ckpt = os.path.join(args.out, "train_state.pt")
+    if args.eval_only:
+        model.load_state_dict(torch.load(ckpt))
+    else:
+        train(model, args)
+    round_params_to_bf16(model)  # what ships is bf16; everything below uses those weights
+    model.eval()
+
+    # Held-out set: a separate RNG stream, problems never checked against training (the task
+    # space is large; duplicates are possible and harmless for the numbers).
+    hrng = random.Random(args.seed + 1)
+    held = [sample_task(hrng) for _ in range(args.heldout)]
+    with open(os.path.join(args.out, "heldout.jsonl"), "w") as f:
+        for name, p, a in held:
+            f.write(json.dumps({"task": name, "prompt": p, "answer": a}) + "\n")
+
+    print("threshold  accuracy  mean_steps   (PyTorch reference decode, no cache, block 8)")
+    for th in [0.9, 0.7, 0.5, 0.3]:
+        ok = steps = 0
+        subset = held[:200]
+        for _, p, a in subset:
+            s, n = decode(model, p, th)
+            ok += s == a
+            steps += n
+        print(f"  {th:.1f}      {ok / len(subset):.3f}     {steps / len(subset):.2f}", flush=True)
+
+    if not args.eval_only:
+        torch.save(model.state_dict(), ckpt)
+    config = {
+        "architectures": ["LLaDAModelLM"], "model_type": "llada",
+        "d_model": cfg.d_model, "n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads,
+        "n_layers": cfg.n_layers, "mlp_hidden_size": cfg.mlp_hidden,
+        "vocab_size": cfg.vocab_size, "embedding_size": cfg.vocab_size,
+        "max_sequence_length": cfg.max_seq_len, "rope_theta": cfg.rope_theta,
+        "rms_norm_eps": cfg.rms_eps, "mask_token_id": MASK_ID, "eos_token_id": EOS_ID,
+        "pad_token_id": EOS_ID, "weight_tying": False, "include_bias": False,
+        "torch_dtype": "bfloat16",
+        "tediserve": {"gen_length": GEN_LENGTH, "block_size": BLOCK_SIZE},
+    }
+    with open(os.path.join(args.out, "config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+        f.write("\n")
+    write_safetensors(os.path.join(args.out, "model.safetensors"), llada_tensors(model, "BF16"),
+                      {"format": "pt"})
+    write_tokenizer(os.path.join(args.out, "tokenizer.json"))
+    write_reference(model, os.path.join(args.fixtures, "llada_reference.safetensors"),
+                    random.Random(7), MASK_ID, [29, 11, 40])
+
+    # A small random Dream-layout checkpoint: GQA (4 heads, 2 kv heads), q/k/v biases,
+    # shifted logits. fp16 on disk to exercise that conversion too.
+    torch.manual_seed(args.seed + 2)
+    dcfg = Config(d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, mlp_hidden=160, vocab_size=VOCAB_SIZE,
+                  max_seq_len=128, rope_theta=1e6, rms_eps=1e-6, qkv_bias=True, shift_logits=True)
+    dream = Model(dcfg)
+    with torch.no_grad():
+        for L in dream.layers:  # non-trivial norms so a mix-up of the two norms shows
+            L.attn_norm.uniform_(0.5, 1.5)
+            L.ff_norm.uniform_(0.5, 1.5)
+        for p in dream.parameters():
+            p.copy_(p.half().float())
+    ddir = os.path.join(args.fixtures, "tiny-dream")
+    os.makedirs(ddir, exist_ok=True)
+    dconfig = {
+        "architectures": ["DreamModel"], "model_type": "Dream",
+        "hidden_size": dcfg.d_model, "intermediate_size": dcfg.mlp_hidden,
+        "num_attention_heads": dcfg.n_heads, "num_key_value_heads": dcfg.n_kv_heads,
+        "num_hidden_layers": dcfg.n_layers, "vocab_size": dcfg.vocab_size,
+        "max_position_embeddings": dcfg.max_seq_len, "rope_theta": dcfg.rope_theta,
+        "rms_norm_eps": dcfg.rms_eps, "mask_token_id": MASK_ID, "eos_token_id": EOS_ID,
+        "tie_word_embeddings": False, "torch_dtype": "float16",
+    }
+    with open(os.path.join(ddir, "config.json"), "w") as f:
+        json.dump(dconfig, f, indent=1)
+        f.write("\n")
+    # Two shards, as big checkpoints come.
+    dt = dream_tensors(dream, "F16")
+    names = list(dt)
+    half = len(names) // 2
+    write_safetensors(os.path.join(ddir, "model-00001-of-00002.safetensors"), {n: dt[n] for n in names[:half]})
+    write_safetensors(os.path.join(ddir, "model-00002-of-00002.safetensors"), {n: dt[n] for n in names[half:]})
+    write_tokenizer(os.path.join(ddir, "tokenizer.json"))
+    write_reference(dream, os.path.join(args.fixtures, "dream_reference.safetensors"),
+                    random.Random(8), MASK_ID, [17, 33])
+
+    with open(os.path.join(args.out, "TRAINING.md"), "w") as f:
+        f.write("# How this model was made\n\n")
+        f.write("Trained by `tools/train_tiny_model.py` (masked-diffusion objective, synthetic tasks).\n\n")
+        f.write("```\n/usr/bin/python3 tools/train_tiny_model.py " +
+                f"--out {args.out} --fixtures {args.fixtures} --seed {args.seed} --steps {args.steps} "
+                f"--batch {args.batch} --lr {args.lr} --threads {args.threads} "
+                f"--d-model {args.d_model} --layers {args.layers}\n```\n\n")
+        f.write(f"torch {torch.__version__}; tasks and weights: " +
+                ", ".join(f"{n} {w}" for n, _, w in TASKS) + "\n")
+    print("wrote", args.out, args.fixtures)
+
+
+if __name__ == "__main__":
+    main()
