@@ -264,7 +264,7 @@ def train(model, args):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if step % 200 == 0 or step == 1:
+        if step % 200 == 0 or step == 1 or step == args.steps:
             print(f"step {step:6d} loss {loss.item():.4f} lr {lr:.2e} {time.time() - t0:.0f}s", flush=True)
 
 
@@ -427,6 +427,8 @@ def main():
     ap.add_argument("--heldout", type=int, default=400)
     ap.add_argument("--d-model", type=int, default=128)
     ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--rope-theta", type=float, default=10000.0)
+    ap.add_argument("--report", type=int, default=200, help="held-out problems decoded in the report")
     ap.add_argument("--eval-only", action="store_true", help="reload --out and report")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -435,7 +437,7 @@ def main():
     os.makedirs(args.fixtures, exist_ok=True)
 
     cfg = Config(d_model=args.d_model, n_layers=args.layers, n_heads=4, n_kv_heads=4,
-                 mlp_hidden=3 * args.d_model)
+                 mlp_hidden=3 * args.d_model, rope_theta=args.rope_theta)
     model = Model(cfg)
     ckpt = os.path.join(args.out, "train_state.pt")
     if args.eval_only:
@@ -453,15 +455,20 @@ def main():
         for name, p, a in held:
             f.write(json.dumps({"task": name, "prompt": p, "answer": a}) + "\n")
 
-    print("threshold  accuracy  mean_steps   (PyTorch reference decode, no cache, block 8)")
-    for th in [0.9, 0.7, 0.5, 0.3]:
+    print("threshold  accuracy  mean_steps  per-task accuracy   (PyTorch reference decode, no cache, block 8)")
+    for th in [0.9, 0.7, 0.5]:
         ok = steps = 0
-        subset = held[:200]
-        for _, p, a in subset:
+        subset = held[:args.report]
+        per = {}
+        for name, p, a in subset:
             s, n = decode(model, p, th)
             ok += s == a
             steps += n
-        print(f"  {th:.1f}      {ok / len(subset):.3f}     {steps / len(subset):.2f}", flush=True)
+            c = per.setdefault(name, [0, 0])
+            c[0] += s == a
+            c[1] += 1
+        tasks = " ".join(f"{k} {v[0] / v[1]:.2f}" for k, v in sorted(per.items()))
+        print(f"  {th:.1f}      {ok / len(subset):.3f}     {steps / len(subset):.2f}     {tasks}", flush=True)
 
     if not args.eval_only:
         torch.save(model.state_dict(), ckpt)
@@ -527,7 +534,7 @@ def main():
         f.write("```\n/usr/bin/python3 tools/train_tiny_model.py " +
                 f"--out {args.out} --fixtures {args.fixtures} --seed {args.seed} --steps {args.steps} "
                 f"--batch {args.batch} --lr {args.lr} --threads {args.threads} "
-                f"--d-model {args.d_model} --layers {args.layers}\n```\n\n")
+                f"--d-model {args.d_model} --layers {args.layers} --rope-theta {args.rope_theta}\n```\n\n")
         f.write(f"torch {torch.__version__}; tasks and weights: " +
                 ", ".join(f"{n} {w}" for n, _, w in TASKS) + "\n")
     print("wrote", args.out, args.fixtures)

@@ -128,14 +128,18 @@ int RunBench(const BenchArgs& a) {
     std::cerr << "error: " << bundle.status().message() << "\n";
     return 2;
   }
-  const int gen = a.engine.gen_length > 0 ? a.engine.gen_length : 64;
-  const int block = a.engine.block_size > 0 ? a.engine.block_size : 8;
+  auto lengths = ResolveLengths(a.engine.gen_length, a.engine.block_size, 64, 8);
+  if (!lengths.ok()) {
+    std::cerr << "error: " << lengths.status().message() << "\n";
+    return 2;
+  }
+  const int gen = lengths->gen_length, block = lengths->block_size;
   if (gen % block != 0) {
     std::cerr << "error: gen length must be a multiple of the block size\n";
     return 2;
   }
   const auto& c = bundle->model->config;
-  if (a.prompt_length + gen > c.max_seq_len) {
+  if (static_cast<int64_t>(a.prompt_length) + gen > c.max_seq_len) {
     std::cerr << "error: prompt length + gen length exceeds the model's context of " << c.max_seq_len << "\n";
     return 2;
   }

@@ -2,6 +2,8 @@
 // a clear message on bad input (exit 2) or failure (exit 1).
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,8 +12,8 @@ namespace tediserve::cli {
 struct EngineArgs {
   std::string model_dir;
   int tp = 1;             // tensor-parallel degree (threads; one "device" = one core)
-  int gen_length = 0;     // 0: the model's default
-  int block_size = 0;     // 0: the model's default
+  std::optional<int> gen_length;  // unset: the model's default
+  std::optional<int> block_size;  // unset: the model's default
   bool no_cache = false;
   bool eos_early_stop = false;
 };

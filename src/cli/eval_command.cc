@@ -76,6 +76,12 @@ int RunEval(const EvalArgs& a) {
     std::cerr << "error: " << bundle.status().message() << "\n";
     return 2;
   }
+  auto lengths = ResolveLengths(a.engine.gen_length, a.engine.block_size, bundle->default_gen_length,
+                                bundle->default_block_size);
+  if (!lengths.ok()) {
+    std::cerr << "error: " << lengths.status().message() << "\n";
+    return 2;
+  }
   const std::string tasks =
       a.tasks.empty() ? (std::filesystem::path(a.engine.model_dir) / "heldout.jsonl").string() : a.tasks;
   auto problems = ReadProblems(tasks, *bundle->tokenizer);
@@ -105,8 +111,8 @@ int RunEval(const EvalArgs& a) {
   for (bool cache : modes)
     for (double th : a.thresholds) {
       engine::DecodeOptions o;
-      o.gen_length = a.engine.gen_length > 0 ? a.engine.gen_length : bundle->default_gen_length;
-      o.block_size = a.engine.block_size > 0 ? a.engine.block_size : bundle->default_block_size;
+      o.gen_length = lengths->gen_length;
+      o.block_size = lengths->block_size;
       o.use_cache = cache;
       o.eos_early_stop = a.engine.eos_early_stop;
       std::vector<std::unique_ptr<engine::DecodeState>> states;
@@ -169,8 +175,7 @@ int RunEval(const EvalArgs& a) {
   }
 
   std::printf("eval: %zu problems from %s, gen length %d, block %d, batch %d, TP %d\n", problems->size(),
-              tasks.c_str(), a.engine.gen_length > 0 ? a.engine.gen_length : bundle->default_gen_length,
-              a.engine.block_size > 0 ? a.engine.block_size : bundle->default_block_size, a.batch, a.engine.tp);
+              tasks.c_str(), lengths->gen_length, lengths->block_size, a.batch, a.engine.tp);
   std::printf("%-6s %9s %9s %11s %12s %8s %10s\n", "cache", "threshold", "accuracy", "mean_steps",
               "tokens/step", "wall_s", "same_ans");
   for (const Row& r : rows) {

@@ -29,13 +29,15 @@ int RunGenerate(const GenerateArgs& a) {
     std::cerr << "error: prompt: " << ids.status().message() << "\n";
     return 2;
   }
-  engine::DecodeOptions o;
-  o.gen_length = a.engine.gen_length > 0 ? a.engine.gen_length : bundle->default_gen_length;
-  o.block_size = a.engine.block_size > 0 ? a.engine.block_size : bundle->default_block_size;
-  if (a.engine.gen_length < 0 || a.engine.block_size < 0) {
-    std::cerr << "error: gen length and block size must be > 0\n";
+  auto lengths = ResolveLengths(a.engine.gen_length, a.engine.block_size, bundle->default_gen_length,
+                                bundle->default_block_size);
+  if (!lengths.ok()) {
+    std::cerr << "error: " << lengths.status().message() << "\n";
     return 2;
   }
+  engine::DecodeOptions o;
+  o.gen_length = lengths->gen_length;
+  o.block_size = lengths->block_size;
   o.use_cache = !a.engine.no_cache;
   o.eos_early_stop = a.engine.eos_early_stop;
   o.temperature = static_cast<float>(a.temperature);

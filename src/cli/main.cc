@@ -57,6 +57,14 @@ int main(int argc, char** argv) {
   b->add_option("--reps", bn.reps, "repetitions per measurement (median reported)");
   b->add_option("--json", bn.json_out, "also write the results as JSON to this file");
 
+  // CLI11 reports a misspelt subcommand as "a subcommand is required"; name it instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string sub = argv[1];
+    if (sub != "generate" && sub != "eval" && sub != "bench") {
+      std::cerr << "error: unknown subcommand '" << sub << "' (expected generate, eval or bench; see --help)\n";
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& err) {

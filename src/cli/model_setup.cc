@@ -38,6 +38,13 @@ StatusOr<ModelBundle> LoadBundle(const std::string& dir) {
   return b;
 }
 
+StatusOr<Lengths> ResolveLengths(const std::optional<int>& gen, const std::optional<int>& block, int default_gen,
+                                 int default_block) {
+  if (gen && *gen <= 0) return InvalidArgument("gen length must be > 0, got " + std::to_string(*gen));
+  if (block && *block <= 0) return InvalidArgument("block size must be > 0, got " + std::to_string(*block));
+  return Lengths{gen.value_or(default_gen), block.value_or(default_block)};
+}
+
 Status ValidateThreshold(double threshold) {
   if (!(threshold > 0.0 && threshold <= 1.0) || !std::isfinite(threshold))
     return InvalidArgument("threshold must be in (0, 1], got " + std::to_string(threshold));

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/status.h"
@@ -23,6 +24,14 @@ struct ModelBundle {
 };
 
 StatusOr<ModelBundle> LoadBundle(const std::string& dir);
+
+// The gen length and block size a command runs with: the flags when given (each must be
+// > 0), else the given defaults.
+struct Lengths {
+  int gen_length = 0, block_size = 0;
+};
+StatusOr<Lengths> ResolveLengths(const std::optional<int>& gen, const std::optional<int>& block, int default_gen,
+                                 int default_block);
 
 // Checks a threshold from the command line: in (0, 1].
 Status ValidateThreshold(double threshold);

@@ -4,13 +4,14 @@
 // core). The caller's thread is shard 0, so a degree-1 pool has no threads and no
 // synchronisation cost. Inside the function, Sync() is a barrier across all shards, used
 // for the all-reduce after the attention and MLP blocks.
+//
+// Waiting spins briefly before sleeping: a step's barriers are microseconds apart when the
+// cores are free, and a futex wake-up costs more than the work between two barriers.
 #pragma once
 
 #include <atomic>
-#include <barrier>
-#include <condition_variable>
+#include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -29,22 +30,21 @@ class ShardPool {
   void Run(const std::function<void(int)>& fn);
 
   // Barrier across the shards of the current Run().
-  void Sync() {
-    if (shards_ > 1) barrier_.arrive_and_wait();
-  }
+  void Sync();
 
  private:
   void WorkerLoop(int shard);
+  // Waits until `word` differs from `old`: spins, then sleeps on the atomic.
+  static void WaitWhileEquals(const std::atomic<uint32_t>& word, uint32_t old);
 
   const int shards_;
-  std::barrier<> barrier_;
-  std::mutex mu_;
-  std::condition_variable start_cv_;
-  std::condition_variable done_cv_;
   const std::function<void(int)>* job_ = nullptr;
-  uint64_t generation_ = 0;
-  int running_ = 0;
-  bool stop_ = false;
+  std::atomic<uint32_t> start_gen_{0};   // bumped to start a Run
+  std::atomic<int> running_{0};          // workers still inside the current Run
+  std::atomic<uint32_t> done_gen_{0};    // bumped when the last worker finishes
+  std::atomic<int> barrier_count_{0};
+  std::atomic<uint32_t> barrier_gen_{0};
+  std::atomic<bool> stop_{false};
   std::vector<std::thread> threads_;
 };
 
