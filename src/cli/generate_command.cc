@@ -48,12 +48,9 @@ int RunGenerate(const GenerateArgs& a) {
     return 2;
   }
   std::ofstream log;
-  if (!a.step_log.empty()) {
-    log.open(a.step_log);
-    if (!log) {
-      std::cerr << "error: cannot write step log " << a.step_log << "\n";
-      return 2;
-    }
+  if (Status s = OpenStepLog(a.step_log, &log); !s.ok()) {
+    std::cerr << "error: " << s.message() << "\n";
+    return 2;
   }
   engine::DecodeState* s = state->get();
   const auto t0 = std::chrono::steady_clock::now();

@@ -18,7 +18,7 @@ void AddEngineFlags(CLI::App* app, tediserve::cli::EngineArgs* e) {
   app->add_option("--gen-length", e->gen_length, "output tokens (default: the model's)");
   app->add_option("--block-size", e->block_size, "decoding block size (default: the model's)");
   app->add_flag("--no-cache", e->no_cache, "recompute every step (no approximate KV cache)");
-  app->add_flag("--eos-early-stop", e->eos_early_stop, "finish once a completed block is all EOS");
+  app->add_flag("--eos-early-stop", e->eos_early_stop, "finish once a completed block holds an EOS (the text ends there)");
 }
 
 }  // namespace

@@ -45,6 +45,13 @@ StatusOr<Lengths> ResolveLengths(const std::optional<int>& gen, const std::optio
   return Lengths{gen.value_or(default_gen), block.value_or(default_block)};
 }
 
+Status OpenStepLog(const std::string& path, std::ofstream* out) {
+  if (path.empty()) return Status::Ok();
+  out->open(path);
+  if (!*out) return InvalidArgument("cannot write step log " + path);
+  return Status::Ok();
+}
+
 Status ValidateThreshold(double threshold) {
   if (!(threshold > 0.0 && threshold <= 1.0) || !std::isfinite(threshold))
     return InvalidArgument("threshold must be in (0, 1], got " + std::to_string(threshold));

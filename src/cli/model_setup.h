@@ -2,6 +2,7 @@
 // generation defaults recorded in its config.json, and an engine at the chosen TP degree.
 #pragma once
 
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +33,9 @@ struct Lengths {
 };
 StatusOr<Lengths> ResolveLengths(const std::optional<int>& gen, const std::optional<int>& block, int default_gen,
                                  int default_block);
+
+// Opens `path` for a step log (JSONL) unless it is empty; an unwritable path is an error.
+Status OpenStepLog(const std::string& path, std::ofstream* out);
 
 // Checks a threshold from the command line: in (0, 1].
 Status ValidateThreshold(double threshold);

@@ -232,13 +232,15 @@ Status DiffusionEngine::Step(std::span<const StepRequest> batch, std::vector<Ste
     ++s.steps_in_block_;
     if (static_cast<int>(r.unmasked.size()) == static_cast<int>(block_cands.size())) {
       r.block_done = true;
-      bool all_eos = true;
-      for (int p = lo; p < hi; ++p) all_eos = all_eos && s.tokens_[p] == c.eos_token_id;
+      // Text ends at the first EOS, so once a finished block holds one nothing after it can
+      // change the answer.
+      const bool has_eos = std::find(s.tokens_.begin() + lo, s.tokens_.begin() + hi, c.eos_token_id) !=
+                           s.tokens_.begin() + hi;
       ++s.block_;
       s.steps_in_block_ = 0;
       if (s.block_ >= s.num_blocks()) {
         s.done_ = true;
-      } else if (all_eos && s.options_.eos_early_stop) {
+      } else if (has_eos && s.options_.eos_early_stop) {
         for (size_t p = hi; p < s.tokens_.size(); ++p) s.tokens_[p] = c.eos_token_id;
         s.masked_remaining_ = 0;
         s.done_ = true;

@@ -29,7 +29,8 @@ struct DecodeOptions {
   int gen_length = 0;        // O: output positions
   int block_size = 0;        // B; with the cache O must be a multiple of B
   bool use_cache = true;     // dual KV cache: recompute step per block, then cache steps
-  bool eos_early_stop = false;  // finish once a completed block is all EOS
+  bool eos_early_stop = false;  // finish once a completed block holds an EOS (the text ends
+                                // there; later positions are filled with EOS)
   float temperature = 0.0f;  // 0: greedy; > 0: Gumbel-max sampling of x0
   uint64_t seed = 0;         // for sampling
 };

@@ -533,7 +533,7 @@ TEST(CliParse, HelpExitsZero) {
 // --- happy paths ------------------------------------------------------------------------
 
 TEST(CliHappy, Generate) {
-  RunResult r = RunCli(Gen({"12+7="}));
+  RunResult r = RunCli(Gen({"12+7=", "--gen-length", "16", "--block-size", "8"}));
   ExpectSuccess(r);
   const auto out = Lines(r.out);
   ASSERT_EQ(out.size(), 1u) << r.Describe();
@@ -561,7 +561,7 @@ std::vector<nlohmann::json> TraceSteps(const RunResult& r) {
 }
 
 TEST(CliHappy, GenerateTrace) {
-  RunResult r = RunCli(Gen({"12+7=", "--trace"}));
+  RunResult r = RunCli(Gen({"12+7=", "--trace", "--gen-length", "16", "--block-size", "8"}));
   ExpectSuccess(r);
   const auto steps = TraceSteps(r);
   ASSERT_GE(steps.size(), 2u) << r.Describe();  // gen 16 in blocks of 8: at least 2 steps
@@ -593,7 +593,7 @@ TEST(CliHappy, GenerateTrace) {
   EXPECT_THAT(r.err, HasSubstr(std::string("[").append(std::to_string(steps.size())).append(" steps")))
       << r.Describe();
 
-  RunResult nc = RunCli(Gen({"12+7=", "--trace", "--no-cache"}));
+  RunResult nc = RunCli(Gen({"12+7=", "--trace", "--no-cache", "--gen-length", "16", "--block-size", "8"}));
   ExpectSuccess(nc);
   const auto nsteps = TraceSteps(nc);
   ASSERT_GE(nsteps.size(), 2u) << nc.Describe();
@@ -625,7 +625,7 @@ TEST(CliHappy, TensorParallelSameOutput) {
 TEST(CliHappy, Eval) {
   TempDir tmp("tedi_cli_eval");
   const std::string json_path = tmp.File("out.json");
-  RunResult r = RunCli({"eval", "--model", Snapshot().dir(), "--limit", "20", "--thresholds", "0.9,0.5", "--json",
+  RunResult r = RunCli({"eval", "--model", Snapshot().dir(), "--gen-length", "16", "--block-size", "8", "--limit", "20", "--thresholds", "0.9,0.5", "--json",
                         json_path});
   ExpectSuccess(r);
   EXPECT_THAT(r.out, HasSubstr("threshold")) << r.Describe();
