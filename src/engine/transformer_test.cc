@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include "engine/decoder.h"
@@ -45,6 +46,8 @@ void CheckAgainstFixture(const std::string& model_dir, const std::string& fixtur
       ASSERT_TRUE(logits.ok()) << logits.status().ToString();
       const float diff = MaxAbsDiff(logits->data(), ref->data() + static_cast<size_t>(r) * S * V, seq.size() * V);
       EXPECT_LE(diff, 1e-3f) << model_dir << " row " << r << " tp " << tp;
+      std::printf("%s row %d (%zu tokens), TP %d: max |C++ - PyTorch| = %.3g\n", fixture.c_str(), r, seq.size(), tp,
+                  diff);
     }
   }
 }
