@@ -55,37 +55,59 @@ def encode(s):
 # Arithmetic is written at fixed width with leading zeros, so digit columns line up at fixed
 # offsets (a tiny model learns that quickly); carries still make some digits depend on others,
 # which is where parallel unmasking at a low threshold goes wrong.
+# Sizes of each task: digits of the add/sub operands, of mul's left operand, sort and copy
+# lengths, and the task mix. --task-set picks one; "small" is the bundled model's.
+TASK_SETS = {
+    "small": dict(add=2, sub=2, mul=1, sort=4, copy=4,
+                  weights=dict(add=0.3, sub=0.2, mul=0.2, sort=0.15, copy=0.15)),
+    "mid": dict(add=2, sub=3, mul=1, sort=5, copy=4,
+                weights=dict(add=0.2, sub=0.3, mul=0.1, sort=0.3, copy=0.1)),
+    "large": dict(add=3, sub=3, mul=2, sort=5, copy=4,
+                  weights=dict(add=0.25, sub=0.25, mul=0.15, sort=0.25, copy=0.1)),
+}
+SIZES = TASK_SETS["small"]
+
+
 def task_add(rng):
-    a, b = rng.randrange(100), rng.randrange(100)
-    return f"{a:02d}+{b:02d}=", f"{a + b:03d}"
+    n = SIZES["add"]
+    a, b = rng.randrange(10 ** n), rng.randrange(10 ** n)
+    return f"{a:0{n}d}+{b:0{n}d}=", f"{a + b:0{n + 1}d}"
 
 
 def task_sub(rng):
-    a = rng.randrange(100)
+    n = SIZES["sub"]
+    a = rng.randrange(10 ** n)
     b = rng.randrange(a + 1)
-    return f"{a:02d}-{b:02d}=", f"{a - b:02d}"
+    return f"{a:0{n}d}-{b:0{n}d}=", f"{a - b:0{n}d}"
 
 
 def task_mul(rng):
-    a, b = rng.randrange(10), rng.randrange(10)
-    return f"{a}*{b}=", f"{a * b:02d}"
+    n = SIZES["mul"]
+    a, b = rng.randrange(10 ** n), rng.randrange(10)
+    return f"{a:0{n}d}*{b}=", f"{a * b:0{n + 1}d}"
 
 
 def task_sort(rng):
-    s = "".join(rng.choice("0123456789") for _ in range(4))
+    s = "".join(rng.choice("0123456789") for _ in range(SIZES["sort"]))
     return f"sort:{s}=", "".join(sorted(s))
 
 
 def task_copy(rng):
-    s = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(4))
+    s = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(SIZES["copy"]))
     return f"cpy:{s}=", s
 
 
 # Every task has a fixed prompt layout, so each output position finds its inputs at fixed
 # relative offsets: with RoPE and identical [MASK] queries that is what a tiny model learns
 # fast (variable-length reversal took it thousands of steps to learn at all).
-TASKS = [("add", task_add, 0.3), ("sub", task_sub, 0.2), ("mul", task_mul, 0.2),
-         ("sort", task_sort, 0.15), ("copy", task_copy, 0.15)]
+TASK_FNS = [("add", task_add), ("sub", task_sub), ("mul", task_mul), ("sort", task_sort), ("copy", task_copy)]
+TASKS = [(n, f, SIZES["weights"][n]) for n, f in TASK_FNS]
+
+
+def use_task_set(name):
+    global SIZES, TASKS
+    SIZES = TASK_SETS[name]
+    TASKS = [(n, f, SIZES["weights"][n]) for n, f in TASK_FNS]
 
 
 def sample_task(rng):
@@ -451,10 +473,12 @@ def main():
     ap.add_argument("--report-every", type=int, default=500)
     ap.add_argument("--report", type=int, default=200, help="held-out problems decoded in the report")
     ap.add_argument("--eval-only", action="store_true", help="reload --out and report")
+    ap.add_argument("--task-set", default="small", choices=sorted(TASK_SETS))
     ap.add_argument("--resume", default="", help="start from this train_state.pt (a second stage)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
+    use_task_set(args.task_set)
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.fixtures, exist_ok=True)
 
@@ -558,7 +582,8 @@ def main():
         f.write("```\n/usr/bin/python3 tools/train_tiny_model.py " +
                 f"--out {args.out} --fixtures {args.fixtures} --seed {args.seed} --steps {args.steps} "
                 f"--batch {args.batch} --lr {args.lr} --threads {args.threads} "
-                f"--d-model {args.d_model} --layers {args.layers} --rope-theta {args.rope_theta}" +
+                f"--d-model {args.d_model} --layers {args.layers} --rope-theta {args.rope_theta} "
+                f"--task-set {args.task_set}" +
                 (f" --resume {args.resume}" if args.resume else "") + "\n```\n\n")
         f.write(f"torch {torch.__version__}; tasks and weights: " +
                 ", ".join(f"{n} {w}" for n, _, w in TASKS) + "\n")
