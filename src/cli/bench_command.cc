@@ -33,7 +33,7 @@ struct StepTiming {
 class Bench {
  public:
   Bench(const ModelBundle& b, const BenchArgs& a, int gen_length, int block_size)
-      : bundle_(b), args_(a), gen_length_(gen_length), block_size_(block_size) {
+      : args_(a), gen_length_(gen_length), block_size_(block_size) {
     std::mt19937 rng(1);
     const auto& c = b.model->config;
     std::uniform_int_distribution<int> tok(0, c.vocab_size - 1);
@@ -81,7 +81,6 @@ class Bench {
   }
 
  private:
-  const ModelBundle& bundle_;
   const BenchArgs& args_;
   int gen_length_, block_size_;
   std::vector<int32_t> prompt_;
@@ -184,10 +183,8 @@ int RunBench(const BenchArgs& a) {
   }
   const double step_gflops = tb->recompute_flops / (tb->recompute_ms * 1e-3) / 1e9;
   const double gemm_only = tb->recompute_gemm_flops / (tb->recompute_ms * 1e-3) / 1e9;
-  const double sgemm = SgemmRate((*eng1)->config().n_layers > 0
-                                     ? engine::Transformer::GemmShapesFor(c, 1, static_cast<int>(tb->recompute_tokens), big * gen)
-                                     : std::vector<engine::Transformer::GemmShape>{},
-                                 a.reps);
+  const double sgemm =
+      SgemmRate(engine::Transformer::GemmShapesFor(c, 1, static_cast<int>(tb->recompute_tokens), big * gen), a.reps);
   std::printf("\n[2] recompute step of %lld tokens (batch %d), TP 1: %.3f ms\n",
               static_cast<long long>(tb->recompute_tokens), big, tb->recompute_ms);
   std::printf("    step rate %.2f GFLOP/s (GEMM + attention), GEMM FLOPs alone / step time %.2f GFLOP/s\n",

@@ -4,7 +4,7 @@
 #pragma once
 
 #include <functional>
-#include <ostream>
+#include <string>
 #include <span>
 
 #include "engine/decoder.h"

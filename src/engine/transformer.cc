@@ -150,7 +150,6 @@ ForwardStats Transformer::Forward(std::span<const SequenceInput> batch, std::vec
     }
   }
   logits->resize(static_cast<size_t>(logit_rows) * c.vocab_size);
-  Grow(&final_h_, static_cast<size_t>(logit_rows) * d);
   pool_.Run([&](int s) { RunShard(s, batch, row0, rows, logit_row0, logit_rows, logits); });
   return stats;
 }

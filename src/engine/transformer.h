@@ -106,7 +106,6 @@ class Transformer {
   std::vector<Shard> shards_;
   std::vector<float> rope_cos_, rope_sin_;  // [max_seq_len x head_dim/2]
   std::vector<float> x_;                    // residual stream [rows x d]
-  std::vector<float> final_h_;              // normed hidden of logit rows
   ShardPool pool_;
 };
 
