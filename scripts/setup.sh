@@ -26,7 +26,7 @@ cmake --build "$BUILD" -j "$(nproc)"
 case "${1:-}" in
   serve)
     shift
-    exec "$BUILD/tediserve" generate --model models/tiny-llada "${@:-47+38=}"
+    exec "$BUILD/tediserve" generate --model models/tiny-llada "${@:-58+67=}"
     ;;
   test)
     exec ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)"
