@@ -123,15 +123,9 @@ int RunBench(const BenchArgs& a) {
       return 2;
     }
   auto bundle = LoadBundle(a.engine.model_dir);
-  if (!bundle.ok()) {
-    std::cerr << "error: " << bundle.status().message() << "\n";
-    return 2;
-  }
+  if (!bundle.ok()) return ReportError(bundle.status());
   auto lengths = ResolveLengths(a.engine.gen_length, a.engine.block_size, 64, 8);
-  if (!lengths.ok()) {
-    std::cerr << "error: " << lengths.status().message() << "\n";
-    return 2;
-  }
+  if (!lengths.ok()) return ReportError(lengths.status());
   const int gen = lengths->gen_length, block = lengths->block_size;
   if (gen % block != 0) {
     std::cerr << "error: gen length must be a multiple of the block size\n";
@@ -149,10 +143,7 @@ int RunBench(const BenchArgs& a) {
               c.d_model, c.n_layers, c.n_heads, c.mlp_hidden, c.vocab_size, a.prompt_length, gen, S, block);
 
   auto eng1 = engine::DiffusionEngine::Create(bundle->model, 1);
-  if (!eng1.ok()) {
-    std::cerr << "error: " << eng1.status().message() << "\n";
-    return 2;
-  }
+  if (!eng1.ok()) return ReportError(eng1.status());
   std::printf("\n[1] step throughput, TP 1 (median of %d)\n", a.reps);
   std::printf("%6s %14s %16s %12s %16s %10s\n", "batch", "recompute_ms", "recompute_tok/s", "cache_ms",
               "cache_tok/s", "rec/cache");

@@ -27,34 +27,19 @@ int RunEval(const EvalArgs& a) {
     return 2;
   }
   auto bundle = LoadBundle(a.engine.model_dir);
-  if (!bundle.ok()) {
-    std::cerr << "error: " << bundle.status().message() << "\n";
-    return 2;
-  }
+  if (!bundle.ok()) return ReportError(bundle.status());
   auto lengths = ResolveLengths(a.engine.gen_length, a.engine.block_size, bundle->default_gen_length,
                                 bundle->default_block_size);
-  if (!lengths.ok()) {
-    std::cerr << "error: " << lengths.status().message() << "\n";
-    return 2;
-  }
+  if (!lengths.ok()) return ReportError(lengths.status());
   const std::string tasks =
       a.tasks.empty() ? (std::filesystem::path(a.engine.model_dir) / "heldout.jsonl").string() : a.tasks;
   auto problems = ReadEvalProblems(tasks, *bundle->tokenizer);
-  if (!problems.ok()) {
-    std::cerr << "error: " << problems.status().message() << "\n";
-    return 2;
-  }
+  if (!problems.ok()) return ReportError(problems.status());
   if (a.limit > 0 && static_cast<size_t>(a.limit) < problems->size()) problems->resize(a.limit);
   auto engine = engine::DiffusionEngine::Create(bundle->model, a.engine.tp);
-  if (!engine.ok()) {
-    std::cerr << "error: " << engine.status().message() << "\n";
-    return 2;
-  }
+  if (!engine.ok()) return ReportError(engine.status());
   std::ofstream log;
-  if (Status s = OpenStepLog(a.step_log, &log); !s.ok()) {
-    std::cerr << "error: " << s.message() << "\n";
-    return 2;
-  }
+  if (Status s = OpenStepLog(a.step_log, &log); !s.ok()) return ReportError(s);
   std::vector<bool> modes;
   if (a.cache != "on") modes.push_back(false);
   if (a.cache != "off") modes.push_back(true);

@@ -10,20 +10,11 @@
 namespace tediserve::cli {
 
 int RunGenerate(const GenerateArgs& a) {
-  if (Status s = ValidateThreshold(a.threshold); !s.ok()) {
-    std::cerr << "error: " << s.message() << "\n";
-    return 2;
-  }
+  if (Status s = ValidateThreshold(a.threshold); !s.ok()) return ReportError(s);
   auto bundle = LoadBundle(a.engine.model_dir);
-  if (!bundle.ok()) {
-    std::cerr << "error: " << bundle.status().message() << "\n";
-    return 2;
-  }
+  if (!bundle.ok()) return ReportError(bundle.status());
   auto engine = engine::DiffusionEngine::Create(bundle->model, a.engine.tp);
-  if (!engine.ok()) {
-    std::cerr << "error: " << engine.status().message() << "\n";
-    return 2;
-  }
+  if (!engine.ok()) return ReportError(engine.status());
   auto ids = bundle->tokenizer->Encode(a.prompt);
   if (!ids.ok()) {
     std::cerr << "error: prompt: " << ids.status().message() << "\n";
@@ -31,10 +22,7 @@ int RunGenerate(const GenerateArgs& a) {
   }
   auto lengths = ResolveLengths(a.engine.gen_length, a.engine.block_size, bundle->default_gen_length,
                                 bundle->default_block_size);
-  if (!lengths.ok()) {
-    std::cerr << "error: " << lengths.status().message() << "\n";
-    return 2;
-  }
+  if (!lengths.ok()) return ReportError(lengths.status());
   engine::DecodeOptions o;
   o.gen_length = lengths->gen_length;
   o.block_size = lengths->block_size;
@@ -43,15 +31,9 @@ int RunGenerate(const GenerateArgs& a) {
   o.temperature = static_cast<float>(a.temperature);
   o.seed = a.seed;
   auto state = (*engine)->NewRequest(0, *ids, o);
-  if (!state.ok()) {
-    std::cerr << "error: " << state.status().message() << "\n";
-    return 2;
-  }
+  if (!state.ok()) return ReportError(state.status());
   std::ofstream log;
-  if (Status s = OpenStepLog(a.step_log, &log); !s.ok()) {
-    std::cerr << "error: " << s.message() << "\n";
-    return 2;
-  }
+  if (Status s = OpenStepLog(a.step_log, &log); !s.ok()) return ReportError(s);
   engine::DecodeState* s = state->get();
   const auto t0 = std::chrono::steady_clock::now();
   Status st = engine::RunToCompletion(

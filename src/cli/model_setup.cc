@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -43,6 +44,11 @@ StatusOr<Lengths> ResolveLengths(const std::optional<int>& gen, const std::optio
   if (gen && *gen <= 0) return InvalidArgument("gen length must be > 0, got " + std::to_string(*gen));
   if (block && *block <= 0) return InvalidArgument("block size must be > 0, got " + std::to_string(*block));
   return Lengths{gen.value_or(default_gen), block.value_or(default_block)};
+}
+
+int ReportError(const Status& status) {
+  std::cerr << "error: " << status.message() << "\n";
+  return status.code() == StatusCode::kInternal ? 1 : 2;
 }
 
 Status OpenStepLog(const std::string& path, std::ofstream* out) {

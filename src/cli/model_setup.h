@@ -37,6 +37,10 @@ StatusOr<Lengths> ResolveLengths(const std::optional<int>& gen, const std::optio
 // Opens `path` for a step log (JSONL) unless it is empty; an unwritable path is an error.
 Status OpenStepLog(const std::string& path, std::ofstream* out);
 
+// Prints "error: <message>" to stderr and returns the exit code for it: 2 for bad input
+// (the caller's flags, files or model), 1 for a failure inside TeDiServe.
+int ReportError(const Status& status);
+
 // Checks a threshold from the command line: in (0, 1].
 Status ValidateThreshold(double threshold);
 
