@@ -1,0 +1,62 @@
+// The policy core's view of one live request: spec, decoding progress as reported by steps,
+// placement, and the current step-count predictions. Owned by the Scheduler.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "policy/request.h"
+
+namespace tediserve::policy {
+
+inline constexpr int kMaxThresholds = 8;
+
+struct RequestState {
+  RequestSpec spec;
+  Seconds deadline = 0;
+  int block_size = 0;
+  int num_blocks = 0;
+  bool cache = true;
+
+  // Progress (updated from StepOutcomes).
+  int block = 0;              // index of the current block
+  int steps = 0;              // steps done
+  int steps_in_block = 0;     // steps done in the current block
+  int unmasked = 0;           // tokens unmasked so far
+  int unmasked_in_block = 0;
+  bool done = false;
+  ConfidenceFeatures features;  // of the latest step (count 0 before the first)
+
+  // Placement.
+  InstanceId instance = -1;   // resident instance, -1 when waiting
+  bool in_flight = false;     // part of a step that has not come back yet
+  int migrations = 0;
+  int queued_tokens = 0;      // this request's share of its instance's next batch
+
+  // Thresholds: the one of its next step, and the cluster-wide cap from load control.
+  double threshold = 0.9;
+  double cap = 1.0;
+
+  // Predicted remaining steps per candidate threshold (index as in the policy's list),
+  // refreshed every `refresh_tokens` newly unmasked tokens and decremented by one per step
+  // in between (DESIGN.md 3.3).
+  std::array<double, kMaxThresholds> predicted{};
+  int tokens_since_refresh = 0;
+  bool needs_prediction = true;
+
+  // The next step pushes the whole sequence through the network (recompute) or only the
+  // block (cache step).
+  bool NextIsRecompute() const { return !cache || steps_in_block == 0; }
+  int NextStepTokens() const {
+    return NextIsRecompute() ? spec.prompt_len + spec.output_len : block_size;
+  }
+  // R_r: recompute steps still to come (one per block not yet started; every step without
+  // the cache is a recompute step, so then it is the step count itself and not known here).
+  int RemainingRecomputeSteps() const {
+    return num_blocks - block - (steps_in_block > 0 ? 1 : 0);
+  }
+  // Lower bound on remaining steps: every unfinished block needs one more step at least.
+  int MinRemainingSteps() const { return num_blocks - block; }
+};
+
+}  // namespace tediserve::policy

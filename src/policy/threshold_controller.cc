@@ -1,0 +1,80 @@
+#include "policy/threshold_controller.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace tediserve::policy {
+
+Seconds EstimateRemainingSeconds(const RequestState& r, int k, const PlacementCost& p) {
+  const double s = r.predicted[k];
+  if (!r.cache) return p.wait + s * p.recompute_step;
+  const double rec = r.RemainingRecomputeSteps();
+  return p.wait + rec * p.recompute_step + std::max(0.0, s - rec) * p.cache_step;
+}
+
+std::pair<int, int> AllowedRange(const RequestState& r, std::span<const double> thresholds, double cap) {
+  const int n = static_cast<int>(thresholds.size());
+  const double lo_bound = r.spec.min_threshold;
+  const double hi_bound = std::min(r.spec.max_threshold, std::max(cap, lo_bound));
+  int first = n, last = -1;
+  for (int k = 0; k < n; ++k) {
+    const double c = thresholds[k];
+    if (c <= hi_bound + 1e-12 && c >= lo_bound - 1e-12) {
+      first = std::min(first, k);
+      last = std::max(last, k);
+    }
+  }
+  if (first > last) {
+    // The bounds exclude every candidate: use the candidate nearest to them.
+    const double target = std::clamp(cap, lo_bound, r.spec.max_threshold);
+    int best = 0;
+    for (int k = 1; k < n; ++k) {
+      if (std::abs(thresholds[k] - target) < std::abs(thresholds[best] - target)) best = k;
+    }
+    return {best, best};
+  }
+  return {first, last};
+}
+
+int SelectThreshold(const RequestState& r, std::span<const double> thresholds, double cap,
+                    Seconds now, const PlacementCost& p) {
+  const auto [first, last] = AllowedRange(r, thresholds, cap);
+  const Seconds budget = r.deadline - now;
+  for (int k = first; k <= last; ++k) {
+    if (EstimateRemainingSeconds(r, k, p) <= budget) return k;
+  }
+  return last;
+}
+
+double RequestLoadTokens(const RequestState& r, int k) {
+  const double s = r.predicted[k];
+  const double seq = r.spec.prompt_len + r.spec.output_len;
+  if (!r.cache) return s * seq;
+  const double rec = r.RemainingRecomputeSteps();
+  return rec * seq + std::max(0.0, s - rec) * r.block_size;
+}
+
+void ComputeCaps(std::span<RequestState* const> ordered, std::span<const double> thresholds,
+                 double capacity_tokens) {
+  const int n = static_cast<int>(ordered.size());
+  const int low = static_cast<int>(thresholds.size()) - 1;
+  // suffix[i] = load of requests i.. at the lowest threshold.
+  std::vector<double> suffix(n + 1, 0.0);
+  for (int i = n - 1; i >= 0; --i) suffix[i] = suffix[i + 1] + RequestLoadTokens(*ordered[i], low);
+  double committed = 0;
+  for (int i = 0; i < n; ++i) {
+    RequestState& r = *ordered[i];
+    int chosen = low;
+    for (int k = 0; k < low; ++k) {
+      if (committed + RequestLoadTokens(r, k) + suffix[i + 1] <= capacity_tokens) {
+        chosen = k;
+        break;
+      }
+    }
+    r.cap = thresholds[chosen];
+    committed += RequestLoadTokens(r, chosen);
+  }
+}
+
+}  // namespace tediserve::policy

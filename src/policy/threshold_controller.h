@@ -1,0 +1,40 @@
+// The two levels of threshold control (DESIGN.md 3.1, 3.2), as pure functions over request
+// states so they can be tested by hand. Thresholds are always given high to low, and
+// r.predicted[k] is the predicted remaining steps under thresholds[k].
+#pragma once
+
+#include <span>
+
+#include "policy/request_state.h"
+
+namespace tediserve::policy {
+
+// What Algorithm 1 needs to know about the instance a request is placed on.
+struct PlacementCost {
+  Seconds wait = 0;            // until the instance can start this request's next step
+  Seconds recompute_step = 0;  // l_d(n_rec_i): a step of i's batch with r recomputing
+  Seconds cache_step = 0;      // l_d(n_cache_i): a step of i's batch with r on a cache step
+};
+
+// Estimated time to finish r if it used thresholds[k] from now on, on that placement.
+Seconds EstimateRemainingSeconds(const RequestState& r, int k, const PlacementCost& p);
+
+// Index range of the thresholds r may use: at most `cap`, within r's own bounds; a request's
+// own bounds win over the cap. Returns [first, last] (first <= last), indices into thresholds.
+std::pair<int, int> AllowedRange(const RequestState& r, std::span<const double> thresholds, double cap);
+
+// Algorithm 1: the highest allowed threshold whose estimate fits the remaining budget
+// (deadline - now); if none fits, the lowest allowed. Returns an index into thresholds.
+int SelectThreshold(const RequestState& r, std::span<const double> thresholds, double cap,
+                    Seconds now, const PlacementCost& p);
+
+// L_r(c) in tokens pushed through the network (DESIGN.md 3.2).
+double RequestLoadTokens(const RequestState& r, int k);
+
+// Algorithm 2: walk `ordered` (priority first, then arrival) and give each request the
+// highest cap such that committed load + its load at the cap + the rest at the lowest
+// threshold fits `capacity_tokens`; else the lowest. Sets r->cap. O(N x |C|).
+void ComputeCaps(std::span<RequestState* const> ordered, std::span<const double> thresholds,
+                 double capacity_tokens);
+
+}  // namespace tediserve::policy
