@@ -50,4 +50,12 @@ struct BenchArgs {
 };
 int RunBench(const BenchArgs& args);
 
+struct SimulateArgs {
+  std::string config;        // YAML/JSON experiment file
+  std::string out_dir;       // overrides output.dir
+  bool no_plots = false;
+  bool quiet = false;
+};
+int RunSimulate(const SimulateArgs& args);
+
 }  // namespace tediserve::cli

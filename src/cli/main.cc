@@ -2,11 +2,14 @@
 //   generate  prompt -> text with the bundled (or any) model
 //   eval      a held-out task set: threshold -> accuracy, steps, tokens per step, time
 //   bench     engine throughput, GEMM efficiency, cache-step speed-up, TP scaling
+//   profile   step latency by batch tokens and TP degree (a latency profile for the simulator)
+//   simulate  discrete-event simulation of a cluster, a policy and a workload
 #include <CLI/CLI.hpp>
 #include <iostream>
 
 #include "cli/commands.h"
 #include "cli/model_setup.h"
+#include "cli/profile_command.h"
 
 namespace {
 
@@ -57,11 +60,22 @@ int main(int argc, char** argv) {
   b->add_option("--reps", bn.reps, "repetitions per measurement (median reported)");
   b->add_option("--json", bn.json_out, "also write the results as JSON to this file");
 
+  ProfileArgs pf;
+  CLI::App* pr = AddProfileCommand(app, &pf);
+
+  SimulateArgs sm;
+  CLI::App* s = app.add_subcommand("simulate", "discrete-event simulation of a cluster, policy and workload");
+  s->add_option("config", sm.config, "experiment file (YAML or JSON)")->required();
+  s->add_option("--out", sm.out_dir, "results folder (overrides output.dir)");
+  s->add_flag("--no-plots", sm.no_plots, "skip the gnuplot PNGs");
+  s->add_flag("--quiet", sm.quiet, "no progress lines");
+
   // CLI11 reports a misspelt subcommand as "a subcommand is required"; name it instead.
   if (argc > 1 && argv[1][0] != '-') {
     const std::string sub = argv[1];
-    if (sub != "generate" && sub != "eval" && sub != "bench") {
-      std::cerr << "error: unknown subcommand '" << sub << "' (expected generate, eval or bench; see --help)\n";
+    if (sub != "generate" && sub != "eval" && sub != "bench" && sub != "simulate" && sub != "profile") {
+      std::cerr << "error: unknown subcommand '" << sub
+                << "' (expected generate, eval, bench, profile or simulate; see --help)\n";
       return 2;
     }
   }
@@ -73,5 +87,7 @@ int main(int argc, char** argv) {
   if (*g) return RunGenerate(gen);
   if (*e) return RunEval(ev);
   if (*b) return RunBench(bn);
+  if (*s) return RunSimulate(sm);
+  if (*pr) return RunProfile(pf);
   return 2;
 }

@@ -1,0 +1,541 @@
+#include "sim/experiment.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "sim/calibration.h"
+#include "sim/engine_denoiser.h"
+#include "sim/plots.h"
+#include "sim/results.h"
+#include "sim/simulator.h"
+#include "sim/statistical_denoiser.h"
+#include "sim/workload.h"
+
+namespace tediserve::sim {
+namespace {
+
+namespace fs = std::filesystem;
+using policy::Seconds;
+
+// ---- Small YAML accessors that name the field in every error. -----------------------------
+
+Status CheckKeys(const YAML::Node& node, const std::string& path, const std::set<std::string>& allowed) {
+  if (!node.IsMap()) return InvalidArgument(path + ": must be a mapping");
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    if (!allowed.count(key)) {
+      std::string all;
+      for (const auto& a : allowed) all += (all.empty() ? "" : ", ") + a;
+      return InvalidArgument((path.empty() ? "" : path + ".") + key + ": unknown field (expected one of: " + all + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+std::string Join(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
+
+template <typename T>
+StatusOr<T> Get(const YAML::Node& node, const std::string& path, const std::string& key, std::optional<T> def) {
+  const YAML::Node v = node[key];
+  if (!v || v.IsNull()) {
+    if (def) return *def;
+    return InvalidArgument(Join(path, key) + ": missing");
+  }
+  if (!v.IsScalar()) return InvalidArgument(Join(path, key) + ": must be a single value");
+  try {
+    return v.as<T>();
+  } catch (const YAML::Exception&) {
+    return InvalidArgument(Join(path, key) + ": bad value \"" + v.Scalar() + "\"");
+  }
+}
+
+StatusOr<double> GetPositive(const YAML::Node& node, const std::string& path, const std::string& key,
+                             std::optional<double> def) {
+  ASSIGN_OR_RETURN(double v, Get<double>(node, path, key, def));
+  if (!(v > 0) || !std::isfinite(v)) return InvalidArgument(Join(path, key) + ": must be > 0, got " + std::to_string(v));
+  return v;
+}
+
+StatusOr<int> GetPositiveInt(const YAML::Node& node, const std::string& path, const std::string& key,
+                             std::optional<int> def) {
+  ASSIGN_OR_RETURN(int v, Get<int>(node, path, key, def));
+  if (v <= 0) return InvalidArgument(Join(path, key) + ": must be > 0, got " + std::to_string(v));
+  return v;
+}
+
+std::string ResolvePath(const std::string& p, const std::string& base_dir) {
+  if (p.empty() || fs::path(p).is_absolute()) return p;
+  const fs::path rel = fs::path(base_dir) / p;
+  if (fs::exists(rel)) return rel.string();
+  return p;
+}
+
+// Sets root.a.b.c = value for key "a.b.c", creating maps as needed. (Recursion on copies:
+// yaml-cpp's Node::operator= would rebind shared nodes.)
+void SetPath(YAML::Node node, const std::vector<std::string>& parts, size_t i, const YAML::Node& value) {
+  if (i + 1 == parts.size()) {
+    node[parts[i]] = value;
+    return;
+  }
+  SetPath(node[parts[i]], parts, i + 1, value);
+}
+
+std::vector<std::string> SplitDots(const std::string& key) {
+  std::vector<std::string> out;
+  std::stringstream ss(key);
+  std::string part;
+  while (std::getline(ss, part, '.')) out.push_back(part);
+  return out;
+}
+
+// ---- One run's configuration. ------------------------------------------------------------
+
+struct RunConfig {
+  std::string name;
+  uint64_t seed = 1;
+  SimOptions sim;
+  std::string profile_csv;
+  std::map<int, std::string> profile_json;
+  std::string denoiser_type;
+  std::string calibration_path;
+  std::string engine_model;
+  std::string engine_problems;
+  WorkloadSpec workload;
+  double slo_seconds = 0, slo_scale = 0;
+  std::vector<Period> periods;
+  std::string out_dir;
+  bool plots = true;
+};
+
+Status ParseCluster(const YAML::Node& n, RunConfig* rc) {
+  const std::string p = "cluster";
+  RETURN_IF_ERROR(CheckKeys(n, p, {"nodes", "gpus_per_node", "tp", "token_budget"}));
+  ASSIGN_OR_RETURN(int nodes, GetPositiveInt(n, p, "nodes", 1));
+  ASSIGN_OR_RETURN(int gpus, GetPositiveInt(n, p, "gpus_per_node", std::nullopt));
+  ASSIGN_OR_RETURN(int budget, GetPositiveInt(n, p, "token_budget", 8192));
+  rc->sim.policy.token_budget = budget;
+  std::vector<int> tps;
+  if (n["tp"]) {
+    if (!n["tp"].IsSequence() || n["tp"].size() == 0) {
+      return InvalidArgument("cluster.tp: must be a non-empty list of TP degrees per node, e.g. [2, 1, 1]");
+    }
+    int used = 0;
+    for (size_t i = 0; i < n["tp"].size(); ++i) {
+      int tp = 0;
+      try {
+        tp = n["tp"][i].as<int>();
+      } catch (const YAML::Exception&) {
+        return InvalidArgument("cluster.tp[" + std::to_string(i) + "]: not an integer");
+      }
+      if (tp <= 0) return InvalidArgument("cluster.tp[" + std::to_string(i) + "]: must be > 0");
+      used += tp;
+      tps.push_back(tp);
+    }
+    if (used > gpus) {
+      return InvalidArgument("cluster.tp: the instances of one node use " + std::to_string(used) +
+                             " GPUs, but cluster.gpus_per_node is " + std::to_string(gpus));
+    }
+  } else {
+    tps.assign(gpus, 1);
+  }
+  int id = 0;
+  for (int node = 0; node < nodes; ++node) {
+    for (int tp : tps) rc->sim.instances.push_back({id++, tp});
+  }
+  return Status::Ok();
+}
+
+Status ParseModel(const YAML::Node& n, const std::string& base, RunConfig* rc) {
+  const std::string p = "model";
+  RETURN_IF_ERROR(CheckKeys(n, p, {"profile", "denoiser", "block_size", "cache"}));
+  const YAML::Node prof = n["profile"];
+  if (!prof) return InvalidArgument("model.profile: missing");
+  RETURN_IF_ERROR(CheckKeys(prof, "model.profile", {"csv", "json"}));
+  if (prof["csv"] && prof["json"]) return InvalidArgument("model.profile: give csv or json, not both");
+  if (prof["csv"]) {
+    ASSIGN_OR_RETURN(std::string csv, Get<std::string>(prof, "model.profile", "csv", std::nullopt));
+    rc->profile_csv = ResolvePath(csv, base);
+  } else if (prof["json"]) {
+    if (!prof["json"].IsMap()) return InvalidArgument("model.profile.json: must map TP degree -> file");
+    for (const auto& kv : prof["json"]) {
+      int tp = 0;
+      try {
+        tp = kv.first.as<int>();
+      } catch (const YAML::Exception&) {
+        return InvalidArgument("model.profile.json: key \"" + kv.first.Scalar() + "\" is not a TP degree");
+      }
+      rc->profile_json[tp] = ResolvePath(kv.second.as<std::string>(), base);
+    }
+  } else {
+    return InvalidArgument("model.profile: needs csv or json");
+  }
+  const YAML::Node d = n["denoiser"];
+  if (!d) return InvalidArgument("model.denoiser: missing");
+  RETURN_IF_ERROR(CheckKeys(d, "model.denoiser", {"type", "calibration", "model", "problems"}));
+  ASSIGN_OR_RETURN(rc->denoiser_type, Get<std::string>(d, "model.denoiser", "type", std::nullopt));
+  if (rc->denoiser_type != "statistical" && rc->denoiser_type != "engine") {
+    return InvalidArgument("model.denoiser.type: unknown \"" + rc->denoiser_type + "\" (expected statistical, engine)");
+  }
+  ASSIGN_OR_RETURN(std::string cal, Get<std::string>(d, "model.denoiser", "calibration", std::nullopt));
+  rc->calibration_path = ResolvePath(cal, base);
+  if (rc->denoiser_type == "engine") {
+    ASSIGN_OR_RETURN(std::string m, Get<std::string>(d, "model.denoiser", "model", std::nullopt));
+    rc->engine_model = ResolvePath(m, base);
+    ASSIGN_OR_RETURN(std::string pr, Get<std::string>(d, "model.denoiser", "problems", std::string()));
+    rc->engine_problems = pr.empty() ? pr : ResolvePath(pr, base);
+  }
+  ASSIGN_OR_RETURN(rc->sim.policy.block_size, GetPositiveInt(n, p, "block_size", 32));
+  ASSIGN_OR_RETURN(rc->sim.policy.cache, Get<bool>(n, p, "cache", true));
+  return Status::Ok();
+}
+
+Status ParsePolicy(const YAML::Node& n, RunConfig* rc) {
+  const std::string p = "policy";
+  RETURN_IF_ERROR(CheckKeys(n, p, {"name", "thresholds", "fixed_threshold", "estimator", "oracle_refresh_tokens",
+                                   "load_control_debounce_s", "capacity_slo_s", "llumnix_margin_tokens",
+                                   "proteus_period_s", "proteus_headroom"}));
+  ASSIGN_OR_RETURN(std::string name, Get<std::string>(n, p, "name", std::nullopt));
+  auto named = policy::PolicyOptions::Named(name);
+  if (!named.ok()) return named.status().WithContext("policy.name");
+  policy::PolicyOptions o = *named;
+  o.block_size = rc->sim.policy.block_size;
+  o.cache = rc->sim.policy.cache;
+  o.token_budget = rc->sim.policy.token_budget;
+  if (n["thresholds"]) {
+    if (!n["thresholds"].IsSequence()) return InvalidArgument("policy.thresholds: must be a list");
+    o.thresholds.clear();
+    for (size_t i = 0; i < n["thresholds"].size(); ++i) {
+      try {
+        o.thresholds.push_back(n["thresholds"][i].as<double>());
+      } catch (const YAML::Exception&) {
+        return InvalidArgument("policy.thresholds[" + std::to_string(i) + "]: not a number");
+      }
+    }
+  }
+  ASSIGN_OR_RETURN(o.fixed_threshold, Get<double>(n, p, "fixed_threshold", 0.9));
+  ASSIGN_OR_RETURN(rc->sim.estimator, Get<std::string>(n, p, "estimator", std::string("oneshot")));
+  ASSIGN_OR_RETURN(int refresh, Get<int>(n, p, "oracle_refresh_tokens", 0));
+  if (refresh < 0) return InvalidArgument("policy.oracle_refresh_tokens: must be >= 0");
+  rc->sim.oracle_refresh_tokens = refresh;
+  ASSIGN_OR_RETURN(o.load_control_debounce, Get<double>(n, p, "load_control_debounce_s", 1.0));
+  if (o.load_control_debounce < 0) return InvalidArgument("policy.load_control_debounce_s: must be >= 0");
+  ASSIGN_OR_RETURN(o.capacity_slo, Get<double>(n, p, "capacity_slo_s", 0.0));
+  if (o.capacity_slo < 0) return InvalidArgument("policy.capacity_slo_s: must be >= 0");
+  ASSIGN_OR_RETURN(o.llumnix_margin_tokens, GetPositiveInt(n, p, "llumnix_margin_tokens", 4096));
+  ASSIGN_OR_RETURN(o.proteus_period, GetPositive(n, p, "proteus_period_s", 10.0));
+  ASSIGN_OR_RETURN(o.proteus_headroom, GetPositive(n, p, "proteus_headroom", 1.05));
+  rc->sim.policy = o;
+  return Status::Ok();
+}
+
+Status ParseRun(const YAML::Node& root, const std::string& base, RunConfig* rc) {
+  RETURN_IF_ERROR(CheckKeys(root, "", {"name", "seed", "cluster", "model", "policy", "policies", "sweep",
+                                       "workload", "slo", "periods", "output", "timeline_interval_s", "tick_s"}));
+  ASSIGN_OR_RETURN(rc->name, Get<std::string>(root, "", "name", std::string("simulation")));
+  ASSIGN_OR_RETURN(int64_t seed, Get<int64_t>(root, "", "seed", 1));
+  if (seed < 0) return InvalidArgument("seed: must be >= 0");
+  rc->seed = static_cast<uint64_t>(seed);
+  rc->sim.seed = rc->seed;
+  if (!root["cluster"]) return InvalidArgument("cluster: missing");
+  RETURN_IF_ERROR(ParseCluster(root["cluster"], rc));
+  if (!root["model"]) return InvalidArgument("model: missing");
+  RETURN_IF_ERROR(ParseModel(root["model"], base, rc));
+  if (!root["policy"]) return InvalidArgument("policy: missing");
+  RETURN_IF_ERROR(ParsePolicy(root["policy"], rc));
+  rc->sim.policy.seed = rc->seed;
+  if (!root["workload"]) return InvalidArgument("workload: missing");
+  ASSIGN_OR_RETURN(rc->workload, ParseWorkload(root["workload"], base));
+  const YAML::Node slo = root["slo"];
+  if (!slo) return InvalidArgument("slo: missing (give slo.seconds or slo.scale)");
+  RETURN_IF_ERROR(CheckKeys(slo, "slo", {"seconds", "scale"}));
+  if (slo["seconds"] && slo["scale"]) return InvalidArgument("slo: give seconds or scale, not both");
+  if (slo["seconds"]) {
+    ASSIGN_OR_RETURN(rc->slo_seconds, GetPositive(slo, "slo", "seconds", std::nullopt));
+  } else if (slo["scale"]) {
+    ASSIGN_OR_RETURN(rc->slo_scale, GetPositive(slo, "slo", "scale", std::nullopt));
+  } else {
+    return InvalidArgument("slo: give slo.seconds or slo.scale");
+  }
+  if (root["periods"]) {
+    const YAML::Node ps = root["periods"];
+    if (!ps.IsSequence()) return InvalidArgument("periods: must be a list of {name, from_s, to_s}");
+    for (size_t i = 0; i < ps.size(); ++i) {
+      const std::string pp = "periods[" + std::to_string(i) + "]";
+      RETURN_IF_ERROR(CheckKeys(ps[i], pp, {"name", "from_s", "to_s"}));
+      Period per;
+      ASSIGN_OR_RETURN(per.name, Get<std::string>(ps[i], pp, "name", std::nullopt));
+      ASSIGN_OR_RETURN(per.from_s, Get<double>(ps[i], pp, "from_s", std::nullopt));
+      ASSIGN_OR_RETURN(per.to_s, Get<double>(ps[i], pp, "to_s", std::nullopt));
+      if (!(per.to_s > per.from_s)) return InvalidArgument(pp + ": to_s must be > from_s");
+      rc->periods.push_back(per);
+    }
+  }
+  const YAML::Node out = root["output"];
+  rc->out_dir = "results/" + rc->name;
+  if (out) {
+    RETURN_IF_ERROR(CheckKeys(out, "output", {"dir", "plots"}));
+    ASSIGN_OR_RETURN(rc->out_dir, Get<std::string>(out, "output", "dir", rc->out_dir));
+    ASSIGN_OR_RETURN(rc->plots, Get<bool>(out, "output", "plots", true));
+  }
+  ASSIGN_OR_RETURN(rc->sim.timeline_interval, GetPositive(root, "", "timeline_interval_s", 10.0));
+  ASSIGN_OR_RETURN(rc->sim.tick, GetPositive(root, "", "tick_s", 0.25));
+  return Status::Ok();
+}
+
+// ---- Running. -----------------------------------------------------------------------------
+
+struct RunOutcome {
+  std::string policy;
+  std::string x;
+  double x_value = 0;
+  Summary overall;
+  std::vector<Summary> periods;
+  double wall_s = 0;
+  int64_t events = 0;
+};
+
+// Latency of the request alone on the smallest TP degree at the top threshold.
+double SoloLatency(const policy::RequestSpec& r, const policy::LatencyProfile& profile, int tp, int block,
+                   bool cache, double tokens_per_step) {
+  const double seq = r.prompt_len + r.output_len;
+  const double steps = std::max<double>(std::ceil(static_cast<double>(r.output_len) / block),
+                                        r.output_len / tokens_per_step);
+  if (!cache) return steps * profile.StepSeconds(tp, seq);
+  const double blocks = std::ceil(static_cast<double>(r.output_len) / block);
+  return blocks * profile.StepSeconds(tp, seq) + std::max(0.0, steps - blocks) * profile.StepSeconds(tp, block);
+}
+
+StatusOr<RunOutcome> RunOne(RunConfig rc, const ExperimentOptions& eo) {
+  policy::LatencyProfile profile;
+  if (!rc.profile_csv.empty()) {
+    ASSIGN_OR_RETURN(profile, policy::LatencyProfile::LoadCsv(rc.profile_csv));
+  } else {
+    ASSIGN_OR_RETURN(profile, policy::LatencyProfile::LoadJson(rc.profile_json));
+  }
+  auto cal_or = LoadCalibration(rc.calibration_path);
+  if (!cal_or.ok()) return cal_or.status().WithContext("model.denoiser.calibration");
+  const Calibration cal = *cal_or;
+  // The policy's offline profile: tokens per step and accuracy at each candidate threshold.
+  rc.sim.tokens_per_step.clear();
+  rc.sim.policy.tokens_per_step.clear();
+  rc.sim.policy.accuracy.clear();
+  for (double c : rc.sim.policy.thresholds) {
+    rc.sim.tokens_per_step.push_back(cal.TokensPerStepAt(c));
+    rc.sim.policy.tokens_per_step.push_back(cal.TokensPerStepAt(c));
+    rc.sim.policy.accuracy.push_back(cal.AccuracyAt(c));
+  }
+
+  ASSIGN_OR_RETURN(std::vector<policy::RequestSpec> requests, GenerateWorkload(rc.workload, rc.seed));
+
+  std::unique_ptr<DenoiserModel> denoiser;
+  EngineDenoiser* engine = nullptr;
+  if (rc.denoiser_type == "statistical") {
+    if (cal.block_size != rc.sim.policy.block_size) {
+      return InvalidArgument("model.block_size " + std::to_string(rc.sim.policy.block_size) +
+                             " differs from the calibration's block size " + std::to_string(cal.block_size) +
+                             " (" + rc.calibration_path + ")");
+    }
+    denoiser = std::make_unique<StatisticalDenoiser>(cal, rc.seed);
+  } else {
+    EngineDenoiserOptions eopt;
+    eopt.problems_file = rc.engine_problems;
+    eopt.use_cache = rc.sim.policy.cache;
+    eopt.block_size = rc.sim.policy.block_size;
+    auto e = EngineDenoiser::Create(rc.engine_model, eopt);
+    if (!e.ok()) return e.status().WithContext("model.denoiser");
+    engine = e->get();
+    // The engine decides lengths: its problems' prompts and the model's output length.
+    for (auto& r : requests) {
+      r.prompt_len = engine->ProblemPromptLength(r.id);
+      r.output_len = engine->default_output_len();
+    }
+    denoiser = std::move(*e);
+  }
+
+  const auto tps = profile.TpDegrees();
+  int solo_tp = 1 << 30;
+  for (const auto& i : rc.sim.instances) solo_tp = std::min(solo_tp, i.tp);
+  for (auto& r : requests) {
+    if (r.slo > 0) continue;  // the trace gave one
+    r.slo = rc.slo_seconds > 0 ? rc.slo_seconds
+                               : rc.slo_scale * SoloLatency(r, profile, solo_tp, rc.sim.policy.block_size,
+                                                            rc.sim.policy.cache, rc.sim.tokens_per_step.front());
+  }
+  rc.sim.progress = eo.progress;
+
+  AccuracyFn acc = [&cal](double c) { return cal.AccuracyAt(c); };
+  MeasuredQualityFn measured;
+  if (engine != nullptr) {
+    measured = [engine](policy::RequestId id) -> std::optional<double> {
+      auto c = engine->Correct(id);
+      if (!c) return std::nullopt;
+      return *c ? 1.0 : 0.0;
+    };
+  }
+  auto res = Simulate(rc.sim, profile, *denoiser, requests, acc, measured);
+  if (!res.ok()) return res.status();
+  if (engine != nullptr && !engine->status().ok()) return engine->status().WithContext("engine in the loop");
+
+  nlohmann::json info = {{"name", rc.name}, {"policy", rc.sim.policy.name}, {"seed", rc.seed},
+                         {"instances", rc.sim.instances.size()}, {"estimator", rc.sim.estimator},
+                         {"denoiser", rc.denoiser_type}, {"calibration", cal.name}};
+  RETURN_IF_ERROR(WriteRunFiles(rc.out_dir, *res, rc.periods, info));
+  if (rc.plots && eo.plots && res->timeline.size() >= 3) {
+    Status s = PlotTimeline(rc.out_dir, rc.name + " - " + rc.sim.policy.name);
+    if (!s.ok() && !eo.quiet) std::fprintf(stderr, "warning: no timeline plot: %s\n", s.message().c_str());
+  }
+  RunOutcome out;
+  out.policy = rc.sim.policy.name;
+  out.overall = Summarize(res->requests, "overall");
+  for (const Period& p : rc.periods) out.periods.push_back(Summarize(res->requests, p.name, p.from_s, p.to_s));
+  out.wall_s = res->wall_seconds;
+  out.events = res->events;
+  return out;
+}
+
+std::string Fmt(const char* f, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
+
+}  // namespace
+
+Status RunExperiment(const ExperimentOptions& eo) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(eo.config_path);
+  } catch (const YAML::BadFile&) {
+    return NotFound("cannot open config " + eo.config_path);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(eo.config_path + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+  if (!root.IsMap()) return InvalidArgument(eo.config_path + ": the config must be a mapping");
+  const std::string base = fs::path(eo.config_path).parent_path().string();
+
+  try {
+    // Policies to run and sweep values.
+    std::vector<std::string> policies;
+    if (root["policies"]) {
+      if (!root["policies"].IsSequence() || root["policies"].size() == 0) {
+        return InvalidArgument("policies: must be a non-empty list of policy names");
+      }
+      for (const auto& p : root["policies"]) policies.push_back(p.as<std::string>());
+    } else {
+      if (!root["policy"] || !root["policy"]["name"]) return InvalidArgument("policy.name: missing");
+      policies.push_back(root["policy"]["name"].as<std::string>());
+    }
+    std::string sweep_key;
+    std::vector<YAML::Node> sweep_values{YAML::Node()};
+    if (root["sweep"]) {
+      const YAML::Node sw = root["sweep"];
+      RETURN_IF_ERROR(CheckKeys(sw, "sweep", {"key", "values"}));
+      if (!sw["key"] || !sw["values"] || !sw["values"].IsSequence() || sw["values"].size() == 0) {
+        return InvalidArgument("sweep: needs key (a dotted field, e.g. workload.arrivals.rate) and a non-empty values list");
+      }
+      sweep_key = sw["key"].as<std::string>();
+      sweep_values.clear();
+      for (const auto& v : sw["values"]) sweep_values.push_back(v);
+    }
+
+    std::vector<RunOutcome> outcomes;
+    std::string out_root;
+    for (const std::string& pol : policies) {
+      for (const YAML::Node& value : sweep_values) {
+        YAML::Node cfg = YAML::Clone(root);
+        if (!cfg["policy"]) cfg["policy"] = YAML::Node(YAML::NodeType::Map);
+        SetPath(cfg, {"policy", "name"}, 0, YAML::Node(pol));
+        std::string tag = pol;
+        if (!sweep_key.empty()) {
+          SetPath(cfg, SplitDots(sweep_key), 0, value);
+          tag.push_back('_');
+          tag.append(value.as<std::string>());
+        }
+        RunConfig rc;
+        Status s = ParseRun(cfg, base, &rc);
+        if (!s.ok()) return s.WithContext(eo.config_path);
+        if (!eo.out_dir.empty()) rc.out_dir = eo.out_dir;
+        out_root = rc.out_dir;
+        rc.out_dir += "/" + tag;
+        if (!eo.quiet) std::fprintf(stderr, "running %s ...\n", tag.c_str());
+        ASSIGN_OR_RETURN(RunOutcome o, RunOne(std::move(rc), eo));
+        if (!sweep_key.empty()) {
+          o.x = value.as<std::string>();
+          try {
+            o.x_value = value.as<double>();
+          } catch (const YAML::Exception&) {
+            o.x_value = 0;
+          }
+        }
+        if (!eo.quiet) {
+          std::fprintf(stderr, "  %s: %lld events in %.2f s (%.2fM events/s)\n", tag.c_str(),
+                       static_cast<long long>(o.events), o.wall_s, o.events / std::max(1e-9, o.wall_s) / 1e6);
+        }
+        outcomes.push_back(std::move(o));
+      }
+    }
+
+    // The table, the sweep file, and goodput.
+    std::printf("| policy |%s requests | SLO attainment | mean latency (s) | p50 (s) | p99 (s) | quality | mean threshold |\n",
+                sweep_key.empty() ? "" : (" " + sweep_key + " |").c_str());
+    std::printf("|---|%s---|---|---|---|---|---|---|\n", sweep_key.empty() ? "" : "---|");
+    for (const RunOutcome& o : outcomes) {
+      auto row = [&](const Summary& s, const std::string& label) {
+        std::printf("| %s |%s %d | %.1f%% | %.2f | %.2f | %.2f | %.4f | %.3f |\n", label.c_str(),
+                    sweep_key.empty() ? "" : (" " + o.x + " |").c_str(), s.requests, 100 * s.attainment,
+                    s.mean_latency, s.p50_latency, s.p99_latency, s.quality, s.mean_threshold);
+      };
+      row(o.overall, o.policy);
+      for (const Summary& p : o.periods) row(p, o.policy + " (" + p.name + ")");
+    }
+    std::error_code ec;
+    fs::create_directories(out_root, ec);
+    if (!sweep_key.empty()) {
+      const std::string sweep_csv = out_root + "/sweep.csv";
+      std::ofstream f(sweep_csv);
+      if (!f) return InvalidArgument("cannot write " + sweep_csv);
+      f << "policy,x,attainment,mean_latency_s,p50_latency_s,p99_latency_s,quality,mean_threshold\n";
+      for (const RunOutcome& o : outcomes) {
+        f << o.policy << ',' << o.x << ',' << Fmt("%.6f", o.overall.attainment) << ','
+          << Fmt("%.6f", o.overall.mean_latency) << ',' << Fmt("%.6f", o.overall.p50_latency) << ','
+          << Fmt("%.6f", o.overall.p99_latency) << ',' << Fmt("%.6f", o.overall.quality) << ','
+          << Fmt("%.6f", o.overall.mean_threshold) << '\n';
+      }
+      f.close();
+      // Goodput: the highest sweep value with >= 90% attainment, per policy.
+      std::printf("\ngoodput (highest %s with >= 90%% SLO attainment):", sweep_key.c_str());
+      for (const std::string& pol : policies) {
+        std::string best = "none";
+        double best_x = -1e300;
+        for (const RunOutcome& o : outcomes) {
+          if (o.policy == pol && o.overall.attainment >= 0.9 && o.x_value > best_x) {
+            best_x = o.x_value;
+            best = o.x;
+          }
+        }
+        std::printf(" %s %s;", pol.c_str(), best.c_str());
+      }
+      std::printf("\n");
+      if (eo.plots && (root["output"] && root["output"]["plots"] ? root["output"]["plots"].as<bool>() : true)) {
+        Status s = PlotSweep(sweep_csv, sweep_key, out_root + "/sweep", root["name"] ? root["name"].as<std::string>() : "");
+        if (!s.ok() && !eo.quiet) std::fprintf(stderr, "warning: no sweep plots: %s\n", s.message().c_str());
+      }
+    }
+    if (!eo.quiet) std::fprintf(stderr, "results in %s\n", out_root.c_str());
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(eo.config_path + ": " + e.msg);
+  }
+  return Status::Ok();
+}
+
+}  // namespace tediserve::sim

@@ -1,0 +1,377 @@
+#include "sim/plots.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <vector>
+
+#include "common/temp_dir.h"
+
+extern char** environ;
+
+namespace tediserve::sim {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// ---- CSV ------------------------------------------------------------------------------
+
+struct Csv {
+  std::string path;
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+  std::vector<int> lines;  // file line of each row, for messages
+};
+
+std::string Trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
+}
+
+// Comma-separated fields; a field may be double-quoted ("" inside is a quote).
+std::vector<std::string> SplitCsvLine(const std::string& line) {
+  std::vector<std::string> out;
+  std::string cur;
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char ch = line[i];
+    if (quoted) {
+      if (ch == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        cur += '"';
+        ++i;
+      } else if (ch == '"') {
+        quoted = false;
+      } else {
+        cur += ch;
+      }
+    } else if (ch == '"') {
+      quoted = true;
+    } else if (ch == ',') {
+      out.push_back(Trim(cur));
+      cur.clear();
+    } else {
+      cur += ch;
+    }
+  }
+  out.push_back(Trim(cur));
+  return out;
+}
+
+StatusOr<Csv> ReadCsv(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound("cannot open " + path);
+  Csv csv;
+  csv.path = path;
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (Trim(line).empty()) continue;
+    auto fields = SplitCsvLine(line);
+    if (csv.header.empty()) {
+      csv.header = std::move(fields);
+      continue;
+    }
+    if (fields.size() != csv.header.size())
+      return InvalidArgument(path + ":" + std::to_string(n) + ": " + std::to_string(fields.size()) +
+                             " fields, the header has " + std::to_string(csv.header.size()));
+    csv.rows.push_back(std::move(fields));
+    csv.lines.push_back(n);
+  }
+  if (csv.header.empty()) return InvalidArgument(path + ": empty (no header row)");
+  if (csv.rows.empty()) return InvalidArgument(path + ": no data rows");
+  return csv;
+}
+
+// Indices of the named columns, in the order asked.
+StatusOr<std::vector<int>> Columns(const Csv& csv, const std::vector<std::string>& names) {
+  std::vector<int> idx;
+  for (const auto& name : names) {
+    auto it = std::find(csv.header.begin(), csv.header.end(), name);
+    if (it == csv.header.end()) return InvalidArgument(csv.path + ": missing column '" + name + "'");
+    idx.push_back(static_cast<int>(it - csv.header.begin()));
+  }
+  return idx;
+}
+
+// A number; "", "nan" (any case) and "-" are missing values.
+StatusOr<double> Number(const Csv& csv, size_t row, int col) {
+  const std::string& f = csv.rows[row][col];
+  std::string lower = f;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (f.empty() || lower == "nan" || lower == "-nan" || f == "-") return kNaN;
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(f.c_str(), &end);
+  if (end != f.c_str() + f.size() || errno == ERANGE)
+    return InvalidArgument(csv.path + ":" + std::to_string(csv.lines[row]) + ": column '" + csv.header[col] +
+                           "': not a number: '" + f + "'");
+  return v;
+}
+
+// ---- gnuplot script -------------------------------------------------------------------
+
+// A gnuplot single-quoted string: nothing inside is interpreted (no escapes, no backquote
+// commands, no macros) except '' for a quote. Control characters would end the command.
+std::string Quote(const std::string& s) {
+  std::string out = "'";
+  for (char ch : s) {
+    if (ch == '\'') {
+      out += "''";
+    } else if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) {
+      out += ' ';
+    } else {
+      out += ch;
+    }
+  }
+  return out + "'";
+}
+
+std::string Num(double v) {
+  if (!std::isfinite(v)) return "NaN";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.10g", v);
+  return buf;
+}
+
+// Inline data: `name` << EOD, one row per line.
+void DataBlock(std::ostringstream& gp, const std::string& name, const std::vector<std::vector<double>>& rows) {
+  gp << name << " << EOD\n";
+  for (const auto& r : rows) {
+    for (size_t i = 0; i < r.size(); ++i) gp << (i ? " " : "") << Num(r[i]);
+    gp << "\n";
+  }
+  gp << "EOD\n";
+}
+
+bool AnyFinite(const std::vector<std::vector<double>>& rows, int col) {
+  return std::any_of(rows.begin(), rows.end(), [&](const auto& r) { return std::isfinite(r[col]); });
+}
+
+std::string Terminal(int width, int height) {
+  const std::string size = " noenhanced size " + std::to_string(width) + "," + std::to_string(height);
+  // pngcairo draws anti-aliased lines; plain png (libgd) is the fallback of minimal builds.
+  return "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo" + size +
+         " } else { set terminal png" + size + " }\n";
+}
+
+struct Series {
+  std::string block;  // data block name
+  int col = 0;        // 0-based column in the block (x is column 0)
+  std::string title;
+  std::string style;  // e.g. "lw 2 lc 1 dt 2"
+  bool y2 = false;
+  bool points = true;  // linespoints; false: lines (long timelines)
+};
+
+// One `plot` command over the series that have data; a panel with none says "no data"
+// (gnuplot refuses to plot only undefined points).
+std::string PlotCommand(const std::vector<Series>& series, const std::vector<bool>& has_data) {
+  std::string cmd;
+  for (size_t i = 0; i < series.size(); ++i) {
+    if (!has_data[i]) continue;
+    const Series& s = series[i];
+    cmd += cmd.empty() ? "plot " : ", \\\n     ";
+    cmd += s.block + " using 1:" + std::to_string(s.col + 1) + (s.y2 ? " axes x1y2" : "") +
+           (s.points ? " with linespoints pt 7 ps 0.6 " : " with lines ") + s.style + " title " + Quote(s.title);
+  }
+  if (cmd.empty())
+    return "set label 99 'no data' at graph 0.5, graph 0.5 center\nplot [0:1] [0:1] 2 notitle\nunset label 99\n";
+  return cmd + "\n";
+}
+
+// ---- running gnuplot ------------------------------------------------------------------
+
+// Runs gnuplot on `script` (written to a temp file and passed as an argument: no shell,
+// no pipe). Its stderr goes to a temp file whose tail becomes the error message.
+Status RunGnuplot(const std::string& script, const PlotOptions& options, const std::string& what) {
+  TempDir tmp("tedi_plot");
+  if (tmp.path().empty()) return Internal("cannot create a temp folder for the gnuplot script");
+  const std::string script_path = tmp.File("plot.gp"), err_path = tmp.File("stderr.txt");
+  {
+    std::ofstream f(script_path);
+    f << script;
+    if (!f) return Internal("cannot write " + script_path);
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  std::vector<char*> argv = {const_cast<char*>(options.gnuplot.c_str()), const_cast<char*>(script_path.c_str()),
+                             nullptr};
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, options.gnuplot.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc == ENOENT)
+    return FailedPrecondition("gnuplot not found ('" + options.gnuplot +
+                              "'); install gnuplot-nox to get PNG plots");
+  if (rc != 0) return FailedPrecondition("cannot run '" + options.gnuplot + "': " + std::strerror(rc));
+  int wstatus = 0;
+  while (waitpid(pid, &wstatus, 0) < 0) {
+    if (errno != EINTR) return Internal(std::string("waitpid on gnuplot: ") + std::strerror(errno));
+  }
+  if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 127)  // a shell-less exec failure in some libcs
+    return FailedPrecondition("gnuplot not found ('" + options.gnuplot + "'); install gnuplot-nox");
+  if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
+    std::ifstream ef(err_path);
+    std::stringstream ss;
+    ss << ef.rdbuf();
+    std::string err = Trim(ss.str());
+    if (err.size() > 600) err = "..." + err.substr(err.size() - 600);
+    return Internal("gnuplot failed drawing " + what + ": " + (err.empty() ? "no message" : err));
+  }
+  return Status::Ok();
+}
+
+Status CheckOutput(const std::string& png) {
+  std::error_code ec;
+  if (!fs::exists(png, ec) || fs::file_size(png, ec) == 0) return Internal("gnuplot wrote no image to " + png);
+  return Status::Ok();
+}
+
+Status CheckDir(const fs::path& dir) {
+  std::error_code ec;
+  if (!dir.empty() && !fs::is_directory(dir, ec)) return NotFound("output folder " + dir.string() + " does not exist");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status PlotTimeline(const std::string& run_dir, const std::string& title, const PlotOptions& options) {
+  const std::string csv_path = (fs::path(run_dir) / "timeline.csv").string();
+  const std::string png = (fs::path(run_dir) / "timeline.png").string();
+  ASSIGN_OR_RETURN(Csv csv, ReadCsv(csv_path));
+  const std::vector<std::string> names = {"t_s",      "arrival_rps",      "active",            "queued",
+                                          "mean_threshold", "mean_cap", "window_attainment", "window_mean_latency_s"};
+  ASSIGN_OR_RETURN(std::vector<int> cols, Columns(csv, names));
+  std::vector<std::vector<double>> rows;
+  for (size_t r = 0; r < csv.rows.size(); ++r) {
+    std::vector<double> v;
+    for (int c : cols) {
+      ASSIGN_OR_RETURN(double x, Number(csv, r, c));
+      v.push_back(x);
+    }
+    if (std::isfinite(v[0])) rows.push_back(std::move(v));
+  }
+  if (rows.empty()) return InvalidArgument(csv_path + ": no row has a time (t_s)");
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a[0] < b[0]; });
+
+  std::ostringstream gp;
+  gp << Terminal(1000, 960) << "set output " << Quote(png) << "\n";
+  // Keys above each panel: inside they would hide the curves.
+  gp << "set datafile missing 'NaN'\nset grid\nset key outside top center horizontal\n";
+  DataBlock(gp, "$T", rows);
+  gp << "set multiplot layout 3,1 title " << Quote(title) << "\n";
+  gp << "set lmargin 10\nset rmargin 10\n";
+  auto panel = [&](const std::vector<Series>& s) {
+    std::vector<bool> has;
+    std::vector<Series> lines = s;
+    for (auto& x : lines) {
+      x.points = false;
+      has.push_back(AnyFinite(rows, x.col));
+    }
+    gp << PlotCommand(lines, has);
+  };
+  // Load: arrival rate on the left axis, requests in the system on the right.
+  gp << "set ylabel 'arrivals (req/s)'\nset y2label 'requests'\nset ytics nomirror\nset y2tics\n"
+        "set yrange [0:*]\nset y2range [0:*]\nunset xlabel\n";
+  panel({{"$T", 1, "arrival rate (req/s)", "lw 2 lc 1", false},
+         {"$T", 2, "active", "lw 2 lc 2", true},
+         {"$T", 3, "queued", "lw 2 lc 7 dt 2", true}});
+  gp << "unset y2tics\nunset y2label\nset ytics mirror\n";
+  gp << "set ylabel 'threshold'\nset yrange [0:1.05]\n";
+  panel({{"$T", 4, "mean threshold", "lw 2 lc 3", false}, {"$T", 5, "mean cap", "lw 2 lc 4 dt 2", false}});
+  gp << "set ylabel 'SLO attainment'\nset yrange [0:1.05]\nset y2label 'latency (s)'\nset ytics nomirror\n"
+        "set y2tics\nset y2range [0:*]\nset xlabel 'time (s)'\n";
+  panel({{"$T", 6, "windowed attainment", "lw 2 lc 6", false},
+         {"$T", 7, "windowed mean latency (s)", "lw 2 lc 8 dt 2", true}});
+  gp << "unset multiplot\n";
+  RETURN_IF_ERROR(RunGnuplot(gp.str(), options, png));
+  return CheckOutput(png);
+}
+
+Status PlotSweep(const std::string& sweep_csv, const std::string& x_label, const std::string& out_prefix,
+                 const std::string& title, const PlotOptions& options) {
+  if (out_prefix.empty()) return InvalidArgument("empty output prefix for the sweep plots");
+  ASSIGN_OR_RETURN(Csv csv, ReadCsv(sweep_csv));
+  ASSIGN_OR_RETURN(std::vector<int> cols,
+                   Columns(csv, {"policy", "x", "attainment", "mean_latency_s", "p50_latency_s", "p99_latency_s",
+                                 "quality"}));
+  RETURN_IF_ERROR(CheckDir(fs::path(out_prefix).parent_path()));
+  // Rows per policy, policies in order of first appearance (the caller's order).
+  std::vector<std::string> policies;
+  std::map<std::string, std::vector<std::vector<double>>> by_policy;
+  for (size_t r = 0; r < csv.rows.size(); ++r) {
+    const std::string& p = csv.rows[r][cols[0]];
+    if (p.empty())
+      return InvalidArgument(sweep_csv + ":" + std::to_string(csv.lines[r]) + ": empty policy name");
+    std::vector<double> v;
+    for (size_t i = 1; i < cols.size(); ++i) {
+      ASSIGN_OR_RETURN(double x, Number(csv, r, cols[i]));
+      v.push_back(x);
+    }
+    if (!std::isfinite(v[0]))
+      return InvalidArgument(sweep_csv + ":" + std::to_string(csv.lines[r]) + ": x is missing");
+    if (!by_policy.count(p)) policies.push_back(p);
+    by_policy[p].push_back(std::move(v));
+  }
+  std::string blocks;
+  {
+    std::ostringstream gp;
+    for (size_t i = 0; i < policies.size(); ++i) {
+      auto& rows = by_policy[policies[i]];
+      std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a[0] < b[0]; });
+      DataBlock(gp, "$P" + std::to_string(i), rows);
+    }
+    blocks = gp.str();
+  }
+  // Columns of each block: 0 x, 1 attainment, 2 mean, 3 p50, 4 p99, 5 quality.
+  struct Figure {
+    std::string suffix, ylabel, yrange;
+    std::vector<std::pair<int, std::string>> cols;  // (column, dash style)
+  };
+  const std::vector<Figure> figures = {
+      {"attainment", "SLO attainment", "[0:1.05]", {{1, ""}}},
+      {"latency", "latency (s): mean (solid), p99 (dashed)", "[0:*]", {{2, "dt 1"}, {4, "dt 2"}}},
+      {"quality", "quality", "[*:*]", {{5, ""}}},
+  };
+  for (const Figure& f : figures) {
+    const std::string png = out_prefix + "_" + f.suffix + ".png";
+    std::ostringstream gp;
+    gp << Terminal(900, 560) << "set output " << Quote(png) << "\n";
+    gp << "set datafile missing 'NaN'\nset grid\nset key outside right top vertical\n";
+    gp << "set title " << Quote(title) << "\nset xlabel " << Quote(x_label) << "\nset ylabel " << Quote(f.ylabel)
+       << "\nset yrange " << f.yrange << "\n";
+    gp << blocks;
+    std::vector<Series> series;
+    std::vector<bool> has;
+    for (size_t i = 0; i < policies.size(); ++i)
+      for (const auto& [col, dash] : f.cols) {
+        const std::string name = f.cols.size() > 1 ? policies[i] + (col == 2 ? " mean" : " p99") : policies[i];
+        // The same colour for a policy in every figure.
+        series.push_back({"$P" + std::to_string(i), col, name, "lw 2 lc " + std::to_string(i + 1) + " " + dash, false});
+        has.push_back(AnyFinite(by_policy[policies[i]], col));
+      }
+    gp << PlotCommand(series, has);
+    RETURN_IF_ERROR(RunGnuplot(gp.str(), options, png));
+    RETURN_IF_ERROR(CheckOutput(png));
+  }
+  return Status::Ok();
+}
+
+}  // namespace tediserve::sim

@@ -1,0 +1,38 @@
+// Summaries of a simulation run and the files a run writes (all deterministic: no wall time).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "sim/simulator.h"
+
+namespace tediserve::sim {
+
+struct Period {
+  std::string name;
+  double from_s = 0, to_s = 0;  // by arrival time, [from, to)
+};
+
+struct Summary {
+  std::string name;  // period name, or "overall"
+  int requests = 0;
+  double attainment = 0;
+  double mean_latency = 0, p50_latency = 0, p99_latency = 0;
+  double quality = 0;
+  double mean_threshold = 0;
+  double mean_steps = 0;
+  int64_t migrations = 0;
+};
+
+Summary Summarize(const std::vector<RequestResult>& requests, const std::string& name,
+                  double from_s = -1e300, double to_s = 1e300);
+nlohmann::json SummaryJson(const Summary& s);
+
+// Writes requests.csv, timeline.csv, periods.csv and summary.json into dir (created).
+Status WriteRunFiles(const std::string& dir, const SimResult& result, const std::vector<Period>& periods,
+                     const nlohmann::json& run_info);
+
+}  // namespace tediserve::sim
