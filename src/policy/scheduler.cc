@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "policy/threshold_controller.h"
 
@@ -102,9 +103,27 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(PolicyOptions options,
   return s;
 }
 
+double Scheduler::CapacityTokensPerSecond(int tp) const {
+  const int m = options_.capacity_concurrency;
+  if (m <= 0 || arrivals_ == 0) return profile_->TokensPerSecond(tp, options_.token_budget);
+  const double seq = seq_sum_ / arrivals_;
+  if (!options_.cache) return profile_->TokensPerSecond(tp, m * seq);
+  const double tps = options_.tokens_per_step.empty() ? 1.0 : options_.tokens_per_step.front();
+  const double cache_steps = std::max(0.0, options_.block_size / tps - 1);
+  const double tokens = m * (seq + cache_steps * options_.block_size);
+  const double time = profile_->StepSeconds(tp, m * seq) +
+                      cache_steps * profile_->StepSeconds(tp, static_cast<double>(m) * options_.block_size);
+  return tokens / time;
+}
+
 double Scheduler::CapacityTokens(Seconds slo) const {
+  std::map<int, double> tau_by_tp;
   double tau = 0;
-  for (const Instance& i : instances_) tau += i.tokens_per_second;
+  for (const Instance& i : instances_) {
+    auto it = tau_by_tp.find(i.info.tp);
+    if (it == tau_by_tp.end()) it = tau_by_tp.emplace(i.info.tp, CapacityTokensPerSecond(i.info.tp)).first;
+    tau += it->second;
+  }
   return slo * tau;
 }
 
@@ -318,6 +337,8 @@ void Scheduler::OnArrival(const RequestSpec& spec, Seconds now, std::vector<Laun
   r.cap = newest_cap_;
   auto [it, inserted] = requests_.emplace(spec.id, r);
   if (!inserted) return;  // a duplicate id is the driver's bug; the first one stands
+  seq_sum_ += spec.prompt_len + spec.output_len;
+  ++arrivals_;
   RequestState& rs = it->second;
   Refresh(rs);
   const OrderKey key{-spec.priority, spec.arrival, spec.id};

@@ -50,6 +50,10 @@ struct PolicyOptions {
   int token_budget = 8192;             // max tokens one instance pushes in one step
   Seconds load_control_debounce = 1.0;  // Algorithm 2 runs at most this often
   double capacity_slo = 0;             // s_ref of Algorithm 2; 0 = mean SLO of live requests
+  // tau_d of Algorithm 2: tokens per second of the block pattern (one recompute step of the
+  // mean sequence, then cache steps of B tokens at the top threshold's tokens per step),
+  // run by this many requests side by side; 0 = full token-budget batches instead.
+  int capacity_concurrency = 2;
   int llumnix_margin_tokens = 4096;    // imbalance that triggers a Llumnix migration
   Seconds proteus_period = 10;
   double proteus_headroom = 1.05;      // capacity >= headroom x demand
@@ -117,6 +121,8 @@ class Scheduler {
 
   // Exposed for the policy-cost benchmark: one Algorithm 2 pass and one dispatch cycle.
   void RunLoadControl(Seconds now);
+  // tau_d of one instance as Algorithm 2 counts it (see capacity_concurrency).
+  double CapacityTokensPerSecond(int tp) const;
 
  private:
   struct Instance {
@@ -156,7 +162,9 @@ class Scheduler {
   std::set<OrderKey> waiting_;     // not placed on any instance
   SchedulerStats stats_;
   Seconds last_load_control_ = -1e300;
-  double newest_cap_ = 1.0;  // cap of the last request in the last load-control pass
+  double newest_cap_ = 1.0;
+  double seq_sum_ = 0;      // sum of P+O over arrivals (mean sequence of the block pattern)
+  int64_t arrivals_ = 0;  // cap of the last request in the last load-control pass
   // Proteus.
   std::vector<double> proteus_mix_;
   Seconds proteus_next_period_ = 0;

@@ -202,7 +202,7 @@ Status ParseModel(const YAML::Node& n, const std::string& base, RunConfig* rc) {
 Status ParsePolicy(const YAML::Node& n, RunConfig* rc) {
   const std::string p = "policy";
   RETURN_IF_ERROR(CheckKeys(n, p, {"name", "thresholds", "fixed_threshold", "estimator", "oracle_refresh_tokens",
-                                   "load_control_debounce_s", "capacity_slo_s", "llumnix_margin_tokens",
+                                   "load_control_debounce_s", "capacity_slo_s", "capacity_concurrency", "llumnix_margin_tokens",
                                    "proteus_period_s", "proteus_headroom"}));
   ASSIGN_OR_RETURN(std::string name, Get<std::string>(n, p, "name", std::nullopt));
   auto named = policy::PolicyOptions::Named(name);
@@ -231,6 +231,8 @@ Status ParsePolicy(const YAML::Node& n, RunConfig* rc) {
   if (o.load_control_debounce < 0) return InvalidArgument("policy.load_control_debounce_s: must be >= 0");
   ASSIGN_OR_RETURN(o.capacity_slo, Get<double>(n, p, "capacity_slo_s", 0.0));
   if (o.capacity_slo < 0) return InvalidArgument("policy.capacity_slo_s: must be >= 0");
+  ASSIGN_OR_RETURN(o.capacity_concurrency, Get<int>(n, p, "capacity_concurrency", 2));
+  if (o.capacity_concurrency < 0) return InvalidArgument("policy.capacity_concurrency: must be >= 0");
   ASSIGN_OR_RETURN(o.llumnix_margin_tokens, GetPositiveInt(n, p, "llumnix_margin_tokens", 4096));
   ASSIGN_OR_RETURN(o.proteus_period, GetPositive(n, p, "proteus_period_s", 10.0));
   ASSIGN_OR_RETURN(o.proteus_headroom, GetPositive(n, p, "proteus_headroom", 1.05));
@@ -362,7 +364,12 @@ StatusOr<RunOutcome> RunOne(RunConfig rc, const ExperimentOptions& eo) {
     denoiser = std::move(*e);
   }
 
-  const auto tps = profile.TpDegrees();
+  for (const auto& i : rc.sim.instances) {
+    if (!profile.HasTp(i.tp)) {
+      return InvalidArgument("cluster.tp: TP degree " + std::to_string(i.tp) + " is not in the latency profile " +
+                             profile.source());
+    }
+  }
   int solo_tp = 1 << 30;
   for (const auto& i : rc.sim.instances) solo_tp = std::min(solo_tp, i.tp);
   for (auto& r : requests) {

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Runs every simulated experiment of docs/experiments.md (about 5 minutes on one core).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-build/tediserve}
+for e in e1_realworld e2_gsm8k_rps e2_gsm8k_slo e3_ablation e5_input_length e5_output_length; do
+  echo "== $e"
+  "$BIN" simulate "experiments/$e.yaml" --quiet
+done

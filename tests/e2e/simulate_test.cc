@@ -1,0 +1,203 @@
+// End-to-end tests of `tediserve simulate`: real configs through the real binary. Good runs
+// write their files and are byte-identical for a seed; bad configs and traces exit 2 with a
+// message that names the field or the file and line.
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "common/temp_dir.h"
+#include "e2e/cli_runner.h"
+
+namespace tediserve {
+namespace {
+
+using namespace e2e;  // NOLINT: the runner helpers
+
+std::string Repo(const std::string& rel) { return (fs::path(TEDI_SOURCE_DIR) / rel).string(); }
+
+// A small statistical-model experiment: 4 x TP1, GSM8K-like lengths, 60 s of arrivals.
+std::string SmallConfig(const std::string& out_dir, const std::string& extra = "", int seed = 7,
+                        const std::string& arrivals = "{type: poisson, rate: 10, duration_s: 60}") {
+  std::ostringstream c;
+  c << "name: small\nseed: " << seed << "\n"
+    << "cluster: {nodes: 1, gpus_per_node: 4, token_budget: 8192}\n"
+    << "model:\n  profile: {csv: " << Repo("data/profiles/llada-8b-base/h100_step_latency_ms.csv") << "}\n"
+    << "  denoiser: {type: statistical, calibration: " << Repo("data/calibrations/llada-8b-gsm8k.json") << "}\n"
+    << "  block_size: 32\n  cache: true\n"
+    << "policy: {name: tediserve}\n"
+    << "workload:\n  arrivals: " << arrivals << "\n"
+    << "  lengths: {type: gsm8k, file: " << Repo("data/workload/gsm8k_prompt_lengths.csv")
+    << ", few_shot: 4, output_len: 256}\n"
+    << "slo: {scale: 5}\n"
+    << "timeline_interval_s: 5\n"
+    << "output: {dir: " << out_dir << "}\n"
+    << extra;
+  return c.str();
+}
+
+class SimulateTest : public ::testing::Test {
+ protected:
+  std::string Write(const std::string& name, const std::string& text) {
+    const std::string p = dir_.File(name);
+    WriteFile(p, text);
+    return p;
+  }
+  std::string Out(const std::string& name) { return dir_.File(name); }
+  TempDir dir_{"tedi_sim_e2e"};
+};
+
+TEST_F(SimulateTest, RunWritesResultsAndIsDeterministic) {
+  const std::string a = Out("a"), b = Out("b"), c = Out("c");
+  const auto ra = RunCli({"simulate", Write("a.yaml", SmallConfig(a)), "--no-plots", "--quiet"});
+  ExpectSuccess(ra);
+  EXPECT_THAT(ra.out, HasSubstr("| tediserve |"));
+  for (const char* f : {"requests.csv", "timeline.csv", "periods.csv", "summary.json"}) {
+    EXPECT_TRUE(fs::exists(a + "/tediserve/" + f)) << f;
+  }
+  const auto summary = nlohmann::json::parse(ReadFile(a + "/tediserve/summary.json"));
+  const int n = summary["overall"]["requests"].get<int>();
+  EXPECT_GT(n, 500);  // 10 RPS for 60 s
+  EXPECT_GT(summary["overall"]["slo_attainment"].get<double>(), 0.5);
+  EXPECT_EQ(Lines(ReadFile(a + "/tediserve/requests.csv")).size(), static_cast<size_t>(n) + 1);
+
+  ExpectSuccess(RunCli({"simulate", Write("b.yaml", SmallConfig(b)), "--no-plots", "--quiet"}));
+  for (const char* f : {"requests.csv", "timeline.csv", "summary.json"}) {
+    EXPECT_EQ(ReadFile(a + "/tediserve/" + f), ReadFile(b + "/tediserve/" + f)) << f << " differs for the same seed";
+  }
+  ExpectSuccess(RunCli({"simulate", Write("c.yaml", SmallConfig(c, "", 8)), "--no-plots", "--quiet"}));
+  EXPECT_NE(ReadFile(a + "/tediserve/requests.csv"), ReadFile(c + "/tediserve/requests.csv"));
+}
+
+TEST_F(SimulateTest, PoliciesAndSweepMakeATable) {
+  const std::string o = Out("sweep");
+  const auto r = RunCli({"simulate",
+                         Write("s.yaml", SmallConfig(o, "policies: [tediserve, infaas]\n"
+                                                        "sweep: {key: workload.arrivals.rate, values: [10, 20]}\n")),
+                         "--no-plots", "--quiet"});
+  ExpectSuccess(r);
+  const auto rows = Lines(ReadFile(o + "/sweep.csv"));
+  ASSERT_EQ(rows.size(), 5u) << ReadFile(o + "/sweep.csv");
+  EXPECT_THAT(rows[0], HasSubstr("policy,x,attainment"));
+  EXPECT_THAT(r.out, HasSubstr("goodput"));
+  EXPECT_TRUE(fs::exists(o + "/infaas_20/summary.json"));
+}
+
+TEST_F(SimulateTest, TraceFileInAndOut) {
+  const std::string trace = Write("t.csv",
+                                  "arrival_s,prompt_len,output_len,slo_s,priority\n"
+                                  "0.0,100,64,30,0\n0.5,200,128,,1\n1.0,50,32,0,0\n");
+  const std::string o = Out("trace");
+  std::string cfg = SmallConfig(o, "", 7, "{type: trace, file: " + trace + "}");
+  cfg.erase(cfg.find("  lengths:"), cfg.find("slo:") - cfg.find("  lengths:"));
+  const auto r = RunCli({"simulate", Write("t.yaml", cfg), "--no-plots", "--quiet"});
+  ExpectSuccess(r);
+  const auto rows = Lines(ReadFile(o + "/tediserve/requests.csv"));
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_THAT(rows[1], HasSubstr(",30.000000,"));  // the trace's own SLO is kept
+}
+
+TEST_F(SimulateTest, PlotsArePngs) {
+  if (std::system("gnuplot --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot not installed";
+  const std::string o = Out("plots");
+  ExpectSuccess(RunCli({"simulate",
+                        Write("p.yaml", SmallConfig(o, "sweep: {key: workload.arrivals.rate, values: [10, 20]}\n")),
+                        "--quiet"}));
+  for (const std::string& f : {o + "/tediserve_10/timeline.png", o + "/sweep_attainment.png"}) {
+    const std::string png = ReadFile(f);
+    ASSERT_GE(png.size(), 8u) << f;
+    EXPECT_EQ(png.substr(1, 3), "PNG") << f;
+  }
+}
+
+TEST_F(SimulateTest, EngineInTheLoop) {
+  const std::string o = Out("engine");
+  std::ostringstream c;
+  c << "name: engine\nseed: 3\n"
+    << "cluster: {nodes: 1, gpus_per_node: 2, token_budget: 2048}\n"
+    << "model:\n  profile: {csv: " << Repo("data/profiles/tiny-llada-cpu.csv") << "}\n"
+    << "  denoiser: {type: engine, model: " << Repo("models/tiny-llada")
+    << ", calibration: " << Repo("data/calibrations/tiny-llada.json") << "}\n"
+    << "  block_size: " << nlohmann::json::parse(ReadFile(Repo("models/tiny-llada/config.json")))["tediserve"]["block_size"]
+    << "\n  cache: true\n"
+    << "policy: {name: tediserve}\n"
+    << "workload:\n  arrivals: {type: poisson, rate: 200, num_requests: 60}\n"
+    << "  lengths: {type: fixed, prompt_len: 10, output_len: 8}\n"
+    << "slo: {scale: 5}\noutput: {dir: " << o << "}\n";
+  const auto r = RunCli({"simulate", Write("e.yaml", c.str()), "--no-plots", "--quiet"});
+  ExpectSuccess(r);
+  const auto summary = nlohmann::json::parse(ReadFile(o + "/tediserve/summary.json"));
+  EXPECT_EQ(summary["overall"]["requests"].get<int>(), 60);
+  // Quality is the engine's own exact match here: well above chance, at most 1.
+  EXPECT_GT(summary["overall"]["quality"].get<double>(), 0.5);
+  EXPECT_LE(summary["overall"]["quality"].get<double>(), 1.0);
+}
+
+// --- bad input -----------------------------------------------------------------------------
+
+struct BadCase {
+  const char* name;
+  std::string from, to;  // replace `from` in the small config with `to`
+  const char* message;
+};
+
+class SimulateBadConfig : public SimulateTest, public ::testing::WithParamInterface<BadCase> {};
+
+TEST_P(SimulateBadConfig, ExitsTwoNamingTheField) {
+  std::string cfg = SmallConfig(Out("bad"));
+  const BadCase& b = GetParam();
+  const size_t at = cfg.find(b.from);
+  ASSERT_NE(at, std::string::npos) << b.from;
+  cfg.replace(at, b.from.size(), b.to);
+  ExpectBadInput(RunCli({"simulate", Write("bad.yaml", cfg), "--no-plots", "--quiet"}), b.message);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, SimulateBadConfig,
+    ::testing::Values(
+        BadCase{"NegativeRate", "rate: 10", "rate: -3", "workload.arrivals.rate"},
+        BadCase{"UnknownPolicy", "name: tediserve", "name: fastest", "unknown policy \"fastest\""},
+        BadCase{"EmptyCluster", "gpus_per_node: 4,", "gpus_per_node: 4, tp: [],", "cluster.tp"},
+        BadCase{"ZeroGpus", "gpus_per_node: 4", "gpus_per_node: 0", "cluster.gpus_per_node"},
+        BadCase{"MissingCluster", "cluster: {nodes: 1, gpus_per_node: 4, token_budget: 8192}\n", "",
+                "cluster: missing"},
+        BadCase{"MissingSlo", "slo: {scale: 5}\n", "", "slo: missing"},
+        BadCase{"UnknownKey", "timeline_interval_s: 5", "timeline_intervals: 5", "timeline_intervals: unknown field"},
+        BadCase{"BadThreshold", "policy: {name: tediserve}", "policy: {name: tediserve, thresholds: [0.9, 1.5]}",
+                "policy.thresholds"},
+        BadCase{"TpNotInProfile", "gpus_per_node: 4,", "gpus_per_node: 4, tp: [3],", "TP degree 3"},
+        BadCase{"MissingProfile", "h100_step_latency_ms.csv", "no_such_profile.csv", "no_such_profile.csv"},
+        BadCase{"UnknownDenoiser", "type: statistical", "type: magic", "model.denoiser.type"},
+        BadCase{"NotAMultipleOfBlock", "output_len: 256", "output_len: 250", "multiple of the block size"},
+        BadCase{"YamlSyntax", "slo: {scale: 5}", "slo: {scale: 5", "bad.yaml"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST_F(SimulateTest, MalformedTraceNamesTheLine) {
+  const std::string trace = Write("t.csv", "arrival_s,prompt_len,output_len\n0.0,100,64\n0.5,abc,64\n");
+  std::string cfg = SmallConfig(Out("bt"), "", 7, "{type: trace, file: " + trace + "}");
+  cfg.erase(cfg.find("  lengths:"), cfg.find("slo:") - cfg.find("  lengths:"));
+  ExpectBadInput(RunCli({"simulate", Write("bt.yaml", cfg), "--no-plots", "--quiet"}), "t.csv:3");
+}
+
+TEST_F(SimulateTest, MissingConfigFile) {
+  ExpectBadInput(RunCli({"simulate", Out("nope.yaml")}), "nope.yaml");
+}
+
+}  // namespace
+}  // namespace tediserve
