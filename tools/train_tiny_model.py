@@ -71,6 +71,17 @@ TASK_SETS = {
     # the steps-for-accuracy trade-off of real DLMs on reasoning chains.
     "chain": dict(add=2, sub=3, mul=1, sort=5, copy=4, psum=7,
                   weights=dict(add=0.1, sub=0.15, mul=0.05, sort=0.15, copy=0.05, psum=0.5)),
+    "chain5": dict(add=2, sub=3, mul=1, sort=5, copy=4, psum=5,
+                   weights=dict(add=0.1, sub=0.15, mul=0.05, sort=0.15, copy=0.05, psum=0.5)),
+    # Second stage after chain6: the same psum chain, more of the other tasks (2-digit sub).
+    "chain6b": dict(add=2, sub=2, mul=1, sort=5, copy=4, psum=6,
+                    weights=dict(add=0.15, sub=0.15, mul=0.1, sort=0.1, copy=0.05, psum=0.45)),
+    # Third stage (the shipped model): the chain task is most of the mix, so that the
+    # threshold's trade-off shows in the mean over the held-out set.
+    "chain6c": dict(add=2, sub=2, mul=1, sort=5, copy=4, psum=6,
+                    weights=dict(add=0.1, sub=0.1, mul=0.1, sort=0.05, copy=0.05, psum=0.6)),
+    "chain7c": dict(add=2, sub=2, mul=1, sort=5, copy=4, psum=7,
+                    weights=dict(add=0.1, sub=0.1, mul=0.1, sort=0.05, copy=0.05, psum=0.6)),
     "chain6": dict(add=2, sub=3, mul=1, sort=5, copy=4, psum=6,
                    weights=dict(add=0.1, sub=0.1, mul=0.05, sort=0.1, copy=0.05, psum=0.6)),
 }

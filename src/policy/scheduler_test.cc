@@ -449,7 +449,10 @@ TEST_F(SchedulerTest, LoadControlOrderPutsPriorityFirst) {
   // W = 1.7 s x 10000 = 17000 tokens. Walk order: 2 (priority 5), 0, 1. Request 2 gets
   // 0.9 (6688 + 2 x 3616 fits), request 0 gets 0.9 (6688 + 6688 + 3616 = 16992 fits),
   // request 1 what is left: 17000 - 13376 = 3624 -> 0.5.
-  Make("caps-only", 1, [](PolicyOptions& o) { o.capacity_slo = 1.7; });
+  Make("caps-only", 1, [](PolicyOptions& o) {
+    o.capacity_slo = 1.7;
+    o.capacity_concurrency = 0;  // tau_d at full token-budget batches
+  });
   Arrive(Spec(0, 0.000));
   Arrive(Spec(1, 0.001));
   RequestSpec vip = Spec(2, 0.002);
@@ -460,6 +463,22 @@ TEST_F(SchedulerTest, LoadControlOrderPutsPriorityFirst) {
   EXPECT_DOUBLE_EQ(s_->Find(0)->cap, 0.9);
   EXPECT_DOUBLE_EQ(s_->Find(1)->cap, 0.5);
   EXPECT_NEAR(s_->CapacityTokens(1.7), 17000, 1e-6);
+}
+
+TEST_F(SchedulerTest, CapacityFromTheBlockPatternOfTheMeanRequest) {
+  // tau_1 for 2 requests side by side doing the block pattern of the mean sequence (356):
+  // one recompute step of 712 tokens (0.0712 s on the linear profile), then B / T_0.9 - 1
+  // cache steps of 64 tokens (the 0.01 s floor each).
+  Make("tediserve", 2, [](PolicyOptions& o) { o.capacity_concurrency = 2; });
+  Arrive(Spec(0, 0.0));
+  const double cache_steps = 32 / kTokensPerStep[0] - 1;
+  const double tau = 2 * (356 + cache_steps * 32) / (0.0712 + cache_steps * 0.01);
+  EXPECT_NEAR(s_->CapacityTokensPerSecond(1), tau, 1e-6 * tau);
+  EXPECT_NEAR(s_->CapacityTokens(3.0), 3.0 * 2 * tau, 1e-6 * tau);  // two TP1 instances
+  // Side by side beats alone: the per-step floor is shared.
+  Make("tediserve", 2, [](PolicyOptions& o) { o.capacity_concurrency = 1; });
+  Arrive(Spec(0, 0.0));
+  EXPECT_LT(s_->CapacityTokensPerSecond(1), tau);
 }
 
 TEST_F(SchedulerTest, ProteusMovesToLowerThresholdsUnderOverload) {
