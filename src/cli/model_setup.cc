@@ -24,18 +24,9 @@ StatusOr<ModelBundle> LoadBundle(const std::string& dir) {
   const std::string tok_path = (std::filesystem::path(dir) / "tokenizer.json").string();
   ASSIGN_OR_RETURN(engine::Tokenizer tok, engine::Tokenizer::FromFile(tok_path));
   b.tokenizer = std::make_unique<engine::Tokenizer>(std::move(tok));
-  b.default_gen_length = 128;
-  b.default_block_size = 32;
-  // LoadModel already parsed config.json; read it once more for our own optional section.
-  std::ifstream in(std::filesystem::path(dir) / "config.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_object() && j.contains("tediserve") && j["tediserve"].is_object()) {
-    const auto& t = j["tediserve"];
-    if (t.contains("gen_length") && t["gen_length"].is_number_integer()) b.default_gen_length = t["gen_length"];
-    if (t.contains("block_size") && t["block_size"].is_number_integer()) b.default_block_size = t["block_size"];
-  }
+  const engine::GenerationDefaults defaults = engine::ReadGenerationDefaults(dir);
+  b.default_gen_length = defaults.gen_length;
+  b.default_block_size = defaults.block_size;
   return b;
 }
 

@@ -1,5 +1,9 @@
 #include "engine/model_config.h"
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -249,6 +253,20 @@ Status ModelConfig::Validate() const {
     return InvalidArgument("mask_token_id and eos_token_id are both " + str(mask_token_id));
   }
   return Status::Ok();
+}
+
+GenerationDefaults ReadGenerationDefaults(const std::string& model_dir) {
+  GenerationDefaults d;
+  std::ifstream in(std::filesystem::path(model_dir) / "config.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("tediserve") && j["tediserve"].is_object()) {
+    const auto& t = j["tediserve"];
+    if (t.contains("gen_length") && t["gen_length"].is_number_integer()) d.gen_length = t["gen_length"];
+    if (t.contains("block_size") && t["block_size"].is_number_integer()) d.block_size = t["block_size"];
+  }
+  return d;
 }
 
 }  // namespace tediserve::engine

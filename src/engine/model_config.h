@@ -49,4 +49,12 @@ struct ModelConfig {
   Status Validate() const;
 };
 
+// TeDiServe's own optional section of a model folder's config.json:
+// "tediserve": {"gen_length": N, "block_size": B}; 128 / 32 where absent or unreadable.
+struct GenerationDefaults {
+  int gen_length = 128;
+  int block_size = 32;
+};
+GenerationDefaults ReadGenerationDefaults(const std::string& model_dir);
+
 }  // namespace tediserve::engine

@@ -43,21 +43,6 @@ StatusOr<std::vector<EngineProblem>> ReadProblems(const std::string& path, const
   return out;
 }
 
-// The generation defaults a model folder records in config.json ("tediserve": {gen_length,
-// block_size}), else 128 / 32, as the CLI reads them.
-std::pair<int, int> ModelDefaults(const std::string& dir) {
-  int gen = 128, block = 32;
-  std::ifstream in(std::filesystem::path(dir) / "config.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_object() && j.contains("tediserve") && j["tediserve"].is_object()) {
-    const auto& t = j["tediserve"];
-    if (t.contains("gen_length") && t["gen_length"].is_number_integer()) gen = t["gen_length"];
-    if (t.contains("block_size") && t["block_size"].is_number_integer()) block = t["block_size"];
-  }
-  return {gen, block};
-}
 
 policy::ConfidenceSummary ToPolicy(const engine::ConfidenceSummary& s) {
   return {s.count, s.min, s.q1, s.median, s.q3, s.mean};
@@ -93,7 +78,8 @@ StatusOr<std::unique_ptr<EngineDenoiser>> EngineDenoiser::Create(const std::stri
   d->tokenizer_ = std::make_unique<engine::Tokenizer>(std::move(tok));
   ASSIGN_OR_RETURN(d->engine_, engine::DiffusionEngine::Create(d->model_, options.tp));
 
-  const auto [gen, block] = ModelDefaults(model_dir);
+  const engine::GenerationDefaults defaults = engine::ReadGenerationDefaults(model_dir);
+  const int gen = defaults.gen_length, block = defaults.block_size;
   d->block_size_ = options.block_size > 0 ? options.block_size : block;
   d->max_output_len_ = options.max_output_len > 0 ? options.max_output_len : gen;
   if (options.use_cache && d->max_output_len_ % d->block_size_ != 0)
