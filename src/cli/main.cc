@@ -4,10 +4,12 @@
 //   bench     engine throughput, GEMM efficiency, cache-step speed-up, TP scaling
 //   profile   step latency by batch tokens and TP degree (a latency profile for the simulator)
 //   simulate  discrete-event simulation of a cluster, a policy and a workload
+//   fit-denoiser  fit (or benchmark) the simulator's statistical denoising model
 #include <CLI/CLI.hpp>
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/fit_denoiser_command.h"
 #include "cli/model_setup.h"
 #include "cli/profile_command.h"
 
@@ -70,12 +72,16 @@ int main(int argc, char** argv) {
   s->add_flag("--no-plots", sm.no_plots, "skip the gnuplot PNGs");
   s->add_flag("--quiet", sm.quiet, "no progress lines");
 
+  FitDenoiserArgs fd;
+  CLI::App* fdc = AddFitDenoiserCommand(app, &fd);
+
   // CLI11 reports a misspelt subcommand as "a subcommand is required"; name it instead.
   if (argc > 1 && argv[1][0] != '-') {
     const std::string sub = argv[1];
-    if (sub != "generate" && sub != "eval" && sub != "bench" && sub != "simulate" && sub != "profile") {
+    if (sub != "generate" && sub != "eval" && sub != "bench" && sub != "simulate" && sub != "profile" &&
+        sub != "fit-denoiser") {
       std::cerr << "error: unknown subcommand '" << sub
-                << "' (expected generate, eval, bench, profile or simulate; see --help)\n";
+                << "' (expected generate, eval, bench, profile, simulate or fit-denoiser; see --help)\n";
       return 2;
     }
   }
@@ -89,5 +95,6 @@ int main(int argc, char** argv) {
   if (*b) return RunBench(bn);
   if (*s) return RunSimulate(sm);
   if (*pr) return RunProfile(pf);
+  if (*fdc) return RunFitDenoiser(*fdc, fd);
   return 2;
 }

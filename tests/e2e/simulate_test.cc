@@ -200,4 +200,54 @@ TEST_F(SimulateTest, MissingConfigFile) {
 }
 
 }  // namespace
+
+// --- fit-denoiser ----------------------------------------------------------------------------
+
+// The recipe of data/calibrations/README.md on a slice of the tiny model's held-out set:
+// eval step logs -> fitted calibration that reproduces its targets.
+TEST_F(SimulateTest, FitDenoiserFromEvalLogs) {
+  const std::string logs = Out("steps.jsonl"), ev = Out("eval.json"), cal = Out("cal.json");
+  ExpectSuccess(RunCli({"eval", "--cache", "on", "--thresholds", "0.9,0.5", "--limit", "48", "--step-log", logs,
+                        "--json", ev}));
+  const auto r = RunCli({"fit-denoiser", "logs", "--name", "tiny-slice", "--logs", logs, "--eval-json", ev,
+                         "--note", "test", "--out", cal});
+  ExpectSuccess(r);
+  EXPECT_THAT(r.out, ::testing::HasSubstr("wrote " + cal));
+  const auto c = nlohmann::json::parse(ReadFile(cal));
+  EXPECT_EQ(c["name"], "tiny-slice");
+  EXPECT_EQ(c["block_size"].get<int>(),
+            nlohmann::json::parse(ReadFile(Repo("models/tiny-llada/config.json")))["tediserve"]["block_size"].get<int>());
+  ASSERT_EQ(c["thresholds"].size(), 2u);
+  // Tokens per step grow as the threshold falls, and the fit reproduces the targets.
+  EXPECT_LE(c["tokens_per_step"][0].get<double>(), c["tokens_per_step"][1].get<double>());
+  for (int i = 0; i < 2; ++i)
+    EXPECT_NEAR(c["fit"]["tokens_per_step"][i].get<double>(), c["tokens_per_step"][i].get<double>(),
+                0.05 * c["tokens_per_step"][i].get<double>());
+  EXPECT_THAT(c["source"].get<std::string>(), ::testing::HasSubstr("test"));
+}
+
+TEST_F(SimulateTest, FitDenoiserTargetsAndBench) {
+  const std::string cal = Out("t.json");
+  ExpectSuccess(RunCli({"fit-denoiser", "targets", "--name", "t", "--block-size", "8", "--thresholds", "0.9,0.5",
+                        "--tokens-per-step", "2,4", "--accuracy", "0.9,0.8", "--cv-output-len", "32", "--out", cal}));
+  const auto c = nlohmann::json::parse(ReadFile(cal));
+  EXPECT_NEAR(c["fit"]["tokens_per_step"][1].get<double>(), 4.0, 0.2);
+  const auto b = RunCli({"fit-denoiser", "bench", "--calibration", cal, "--requests", "500", "--output-len", "32"});
+  ExpectSuccess(b);
+  EXPECT_THAT(b.out, ::testing::HasSubstr("M steps/s"));
+}
+
+TEST_F(SimulateTest, FitDenoiserBadInput) {
+  ExpectBadInput(RunCli({"fit-denoiser", "targets", "--name", "t", "--block-size", "8", "--thresholds", "0.9,0.5",
+                         "--tokens-per-step", "2", "--accuracy", "0.9,0.8", "--out", Out("x.json")}),
+                 "tokens_per_step");
+  ExpectBadInput(RunCli({"fit-denoiser", "logs", "--name", "x", "--logs", Out("none.jsonl"), "--out", Out("y.json")}),
+                 "none.jsonl");
+  const std::string junk = Write("junk.jsonl", "{\"not\": \"a step\"}\nnot json\n");
+  ExpectBadInput(RunCli({"fit-denoiser", "logs", "--name", "x", "--logs", junk, "--out", Out("z.json")}),
+                 "junk.jsonl");
+  ExpectBadInput(RunCli({"fit-denoiser", "bench", "--calibration", Out("missing.json")}), "missing.json");
+  ExpectBadInput(RunCli({"fit-denoiser"}), "");
+}
+
 }  // namespace tediserve

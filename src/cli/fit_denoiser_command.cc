@@ -1,18 +1,14 @@
-// tedi_denoise_tool: fits calibrations of the statistical denoising model and measures its
-// speed (data/calibrations/README.md has the commands). Subcommands:
-//   fit-targets  targets given on the command line -> calibration JSON
-//   fit-logs     `tediserve eval --step-log/--json` outputs -> calibration JSON
-//   bench        steps per second of the model, with and without features
+// `tediserve fit-denoiser`: see fit_denoiser_command.h.
+#include "cli/fit_denoiser_command.h"
+
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 
-#include "sim/calibration.h"
-
+namespace tediserve::cli {
 namespace {
 
-using namespace tediserve;
 using namespace tediserve::sim;
 
 int Fail(const Status& s) {
@@ -86,63 +82,60 @@ int Bench(const std::string& path, int requests, int output_len, int concurrency
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  CLI::App app{"Fit and benchmark the statistical denoising model"};
-  app.require_subcommand(1);
 
-  FitTargets t;
-  std::string out;
-  CLI::App* ft = app.add_subcommand("fit-targets", "fit a calibration to targets given here");
+CLI::App* AddFitDenoiserCommand(CLI::App& app, FitDenoiserArgs* a) {
+  CLI::App* fd = app.add_subcommand("fit-denoiser", "fit or benchmark the simulator's statistical denoising model");
+  fd->require_subcommand(1);
+
+  FitTargets& t = a->targets;
+  CLI::App* ft = fd->add_subcommand("targets", "fit a calibration to measured targets given as flags");
   ft->add_option("--name", t.name)->required();
   ft->add_option("--block-size", t.block_size)->required();
-  ft->add_option("--thresholds", t.thresholds)->delimiter(',')->required();
-  ft->add_option("--tokens-per-step", t.tokens_per_step)->delimiter(',')->required();
-  ft->add_option("--accuracy", t.accuracy)->delimiter(',')->required();
+  ft->add_option("--thresholds", t.thresholds, "thresholds, high to low")->delimiter(',')->required();
+  ft->add_option("--tokens-per-step", t.tokens_per_step, "mean tokens unmasked per step at each threshold")
+      ->delimiter(',')->required();
+  ft->add_option("--accuracy", t.accuracy, "task accuracy at each threshold")->delimiter(',')->required();
   ft->add_option("--steps-cv", t.steps_cv, "CV of steps per request at the top threshold");
   ft->add_option("--cv-output-len", t.cv_output_len, "output length the CV refers to");
   ft->add_option("--sigma-block", t.sigma_block, "spread of a block's mean logit (assumed, not fitted)");
   ft->add_option("--source", t.source, "provenance text");
-  ft->add_option("--out", out)->required();
+  ft->add_option("--out", a->targets_out, "calibration JSON to write")->required();
 
-  std::vector<std::string> logs;
-  StepLogOptions lo;
-  std::string lout;
-  CLI::App* fl = app.add_subcommand("fit-logs", "fit a calibration to tediserve eval step logs");
-  fl->add_option("--logs", logs, "step-log JSONL files")->delimiter(',')->required();
+  StepLogOptions& lo = a->log_options;
+  CLI::App* fl = fd->add_subcommand("logs", "fit a calibration to `tediserve eval` step logs");
+  fl->add_option("--logs", a->logs, "step-log JSONL files")->delimiter(',')->required();
   fl->add_option("--eval-json", lo.eval_json, "tediserve eval --json output (accuracy)");
   fl->add_option("--accuracy", lo.accuracy, "accuracy per threshold instead")->delimiter(',');
   fl->add_option("--name", lo.name)->required();
   fl->add_option("--block-size", lo.block_size, "override the inferred block size");
-  fl->add_option("--sigma-block", lo.sigma_block);
-  std::string note;
-  fl->add_option("--note", note, "appended to the calibration's source text");
-  fl->add_option("--out", lout)->required();
+  fl->add_option("--sigma-block", lo.sigma_block, "spread of a block's mean logit (assumed, not fitted)");
+  fl->add_option("--note", a->note, "appended to the calibration's source text");
+  fl->add_option("--out", a->logs_out, "calibration JSON to write")->required();
 
-  std::string bpath;
-  int requests = 64000, output_len = 256, concurrency = 256;
-  double threshold = 0.9;
-  CLI::App* bn = app.add_subcommand("bench", "steps per second of the model");
-  bn->add_option("--calibration", bpath)->required();
-  bn->add_option("--requests", requests);
-  bn->add_option("--output-len", output_len);
-  bn->add_option("--concurrency", concurrency);
-  bn->add_option("--threshold", threshold);
+  CLI::App* bn = fd->add_subcommand("bench", "request-steps per second of the fitted model");
+  bn->add_option("--calibration", a->calibration)->required();
+  bn->add_option("--requests", a->requests);
+  bn->add_option("--output-len", a->output_len);
+  bn->add_option("--concurrency", a->concurrency);
+  bn->add_option("--threshold", a->threshold);
+  return fd;
+}
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  if (*ft) return FitAndSave(t, out);
-  if (*fl) {
-    auto targets = TargetsFromStepLogs(logs, lo);
+int RunFitDenoiser(const CLI::App& command, const FitDenoiserArgs& a) {
+  if (command.got_subcommand("targets")) return FitAndSave(a.targets, a.targets_out);
+  if (command.got_subcommand("logs")) {
+    auto targets = TargetsFromStepLogs(a.logs, a.log_options);
     if (!targets.ok()) return Fail(targets.status());
-    if (!note.empty()) targets->source += "; " + note;
-    return FitAndSave(*targets, lout);
+    if (!a.note.empty()) targets->source += "; " + a.note;
+    return FitAndSave(*targets, a.logs_out);
   }
-  if (*bn) {
-    if (requests < 1 || output_len < 1 || concurrency < 1) return Fail(InvalidArgument("bench sizes must be >= 1"));
-    return Bench(bpath, requests, output_len, concurrency, threshold);
+  if (command.got_subcommand("bench")) {
+    if (a.requests < 1 || a.output_len < 1 || a.concurrency < 1)
+      return Fail(InvalidArgument("bench sizes (--requests, --output-len, --concurrency) must be >= 1"));
+    if (!(a.threshold > 0 && a.threshold <= 1)) return Fail(InvalidArgument("--threshold must be in (0, 1]"));
+    return Bench(a.calibration, a.requests, a.output_len, a.concurrency, a.threshold);
   }
   return 2;
 }
+
+}  // namespace tediserve::cli
