@@ -78,10 +78,14 @@ int main(int argc, char** argv) {
   // CLI11 reports a misspelt subcommand as "a subcommand is required"; name it instead.
   if (argc > 1 && argv[1][0] != '-') {
     const std::string sub = argv[1];
-    if (sub != "generate" && sub != "eval" && sub != "bench" && sub != "simulate" && sub != "profile" &&
-        sub != "fit-denoiser") {
-      std::cerr << "error: unknown subcommand '" << sub
-                << "' (expected generate, eval, bench, profile, simulate or fit-denoiser; see --help)\n";
+    std::string known;
+    bool found = false;
+    for (const CLI::App* c : app.get_subcommands([](CLI::App*) { return true; })) {
+      found = found || c->get_name() == sub;
+      known += (known.empty() ? "" : ", ") + c->get_name();
+    }
+    if (!found) {
+      std::cerr << "error: unknown subcommand '" << sub << "' (expected one of " << known << "; see --help)\n";
       return 2;
     }
   }
