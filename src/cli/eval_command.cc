@@ -33,7 +33,7 @@ int RunEval(const EvalArgs& a) {
   if (!lengths.ok()) return ReportError(lengths.status());
   const std::string tasks =
       a.tasks.empty() ? (std::filesystem::path(a.engine.model_dir) / "heldout.jsonl").string() : a.tasks;
-  auto problems = ReadEvalProblems(tasks, *bundle->tokenizer);
+  auto problems = engine::ReadTaskFile(tasks, *bundle->tokenizer);
   if (!problems.ok()) return ReportError(problems.status());
   if (a.limit > 0 && static_cast<size_t>(a.limit) < problems->size()) problems->resize(a.limit);
   auto engine = engine::DiffusionEngine::Create(bundle->model, a.engine.tp);

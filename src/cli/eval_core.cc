@@ -6,35 +6,6 @@
 
 namespace tediserve::cli {
 
-StatusOr<std::vector<EvalProblem>> ReadEvalProblems(const std::string& path, const engine::Tokenizer& tok) {
-  std::ifstream in(path);
-  if (!in) return NotFound("cannot open task file " + path);
-  std::vector<EvalProblem> out;
-  std::string line;
-  int n = 0;
-  while (std::getline(in, line)) {
-    ++n;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    const std::string where = path + ":" + std::to_string(n);
-    if (!j.is_object()) return InvalidArgument(where + ": not a JSON object");
-    if (!j.contains("prompt") || !j["prompt"].is_string())
-      return InvalidArgument(where + ": missing string field \"prompt\"");
-    if (!j.contains("answer") || !j["answer"].is_string())
-      return InvalidArgument(where + ": missing string field \"answer\"");
-    EvalProblem p;
-    p.prompt = j["prompt"];
-    p.answer = j["answer"];
-    p.task = j.contains("task") && j["task"].is_string() ? j["task"].get<std::string>() : "all";
-    auto ids = tok.Encode(p.prompt);
-    if (!ids.ok()) return ids.status().WithContext(where);
-    p.ids = std::move(ids).value();
-    out.push_back(std::move(p));
-  }
-  if (out.empty()) return InvalidArgument(path + ": no problems");
-  return out;
-}
-
 StatusOr<EvalRow> RunEvalRow(engine::DiffusionEngine& engine, const engine::Tokenizer& tokenizer,
                              const std::vector<EvalProblem>& problems, const engine::DecodeOptions& options,
                              double threshold, int batch, const engine::StepObserver& observer) {

@@ -9,17 +9,12 @@
 #include "common/status.h"
 #include "engine/decoder.h"
 #include "engine/generate.h"
+#include "engine/task_file.h"
 #include "engine/tokenizer.h"
 
 namespace tediserve::cli {
 
-struct EvalProblem {
-  std::string task, prompt, answer;
-  std::vector<int32_t> ids;
-};
-
-// JSONL lines {"prompt": ..., "answer": ...[, "task": ...]}; errors name the line.
-StatusOr<std::vector<EvalProblem>> ReadEvalProblems(const std::string& path, const engine::Tokenizer& tokenizer);
+using EvalProblem = engine::TaskProblem;
 
 struct EvalRow {
   bool cache = false;

@@ -14,36 +14,6 @@ namespace {
 static_assert(engine::kCandidateThresholds.size() == policy::kDefaultThresholds.size(),
               "the engine's and the policy's candidate thresholds must line up");
 
-StatusOr<std::vector<EngineProblem>> ReadProblems(const std::string& path, const engine::Tokenizer& tok) {
-  std::ifstream in(path);
-  if (!in) return NotFound("cannot open problems file " + path);
-  std::vector<EngineProblem> out;
-  std::string line;
-  int n = 0;
-  while (std::getline(in, line)) {
-    ++n;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(n);
-    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object()) return InvalidArgument(where + ": not a JSON object");
-    for (const char* field : {"prompt", "answer"})
-      if (!j.contains(field) || !j[field].is_string())
-        return InvalidArgument(where + ": missing string field \"" + field + "\"");
-    EngineProblem p;
-    p.prompt = j["prompt"].get<std::string>();
-    p.answer = j["answer"].get<std::string>();
-    p.task = j.contains("task") && j["task"].is_string() ? j["task"].get<std::string>() : "all";
-    auto ids = tok.Encode(p.prompt);
-    if (!ids.ok()) return ids.status().WithContext(where);
-    p.ids = std::move(ids).value();
-    if (p.ids.empty()) return InvalidArgument(where + ": empty prompt");
-    out.push_back(std::move(p));
-  }
-  if (out.empty()) return InvalidArgument(path + ": no problems");
-  return out;
-}
-
-
 policy::ConfidenceSummary ToPolicy(const engine::ConfidenceSummary& s) {
   return {s.count, s.min, s.q1, s.median, s.q3, s.mean};
 }
@@ -89,7 +59,7 @@ StatusOr<std::unique_ptr<EngineDenoiser>> EngineDenoiser::Create(const std::stri
   const std::string problems = options.problems_file.empty()
                                    ? (std::filesystem::path(model_dir) / "heldout.jsonl").string()
                                    : options.problems_file;
-  ASSIGN_OR_RETURN(d->problems_, ReadProblems(problems, *d->tokenizer_));
+  ASSIGN_OR_RETURN(d->problems_, engine::ReadTaskFile(problems, *d->tokenizer_));
   // Every problem must fit with the longest output, so Start cannot fail on the context.
   const int max_seq = d->model_->config.max_seq_len;
   for (size_t i = 0; i < d->problems_.size(); ++i) {

@@ -15,6 +15,7 @@
 
 #include "common/status.h"
 #include "engine/decoder.h"
+#include "engine/task_file.h"
 #include "engine/tokenizer.h"
 #include "engine/weights.h"
 #include "sim/denoiser.h"
@@ -35,10 +36,7 @@ struct EngineDenoiserOptions {
 };
 
 // One problem of the task set.
-struct EngineProblem {
-  std::string task, prompt, answer;
-  std::vector<int32_t> ids;  // the tokenized prompt
-};
+using EngineProblem = engine::TaskProblem;
 
 class EngineDenoiser : public DenoiserModel {
  public:
