@@ -22,6 +22,7 @@ Only an offline tool: the C++ build and the tests never run it. Use Debian's tor
 """
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -87,6 +88,9 @@ TASK_SETS = {
     # threshold commits too early.
     "arith8": dict(add=3, sub=3, mul=1, sort=5, copy=4,
                    weights=dict(add=0.35, sub=0.35, mul=0.1, sort=0.1, copy=0.1)),
+    # Third stage, from arith8 (--init-from): a 7-digit prefix-sum chain is half the mix.
+    "chain7a8": dict(add=3, sub=3, mul=1, sort=5, copy=4, psum=7,
+                     weights=dict(add=0.15, sub=0.15, mul=0.05, sort=0.1, copy=0.05, psum=0.5)),
     "chain6": dict(add=2, sub=3, mul=1, sort=5, copy=4, psum=6,
                    weights=dict(add=0.1, sub=0.1, mul=0.05, sort=0.1, copy=0.05, psum=0.6)),
 }
@@ -323,11 +327,12 @@ def quick_accuracy(model, n=60, threshold=0.9):
     return " ".join(f"{k} {v[0] / v[1]:.2f}" for k, v in sorted(per.items()))
 
 
-def train(model, args):
+def train(model, args, snapshot=None):
     rng = random.Random(args.seed)
+    last = min(args.steps, args.stop_after or args.steps)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
     t0 = time.time()
-    for step in range(1, args.steps + 1):
+    for step in range(1, last + 1):
         lr = args.lr * min(1.0, step / 100) * (0.5 * (1 + math.cos(math.pi * min(1.0, step / args.steps))) * 0.95 + 0.05)
         for gparam in opt.param_groups:
             gparam["lr"] = lr
@@ -340,10 +345,12 @@ def train(model, args):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if step % 200 == 0 or step == 1 or step == args.steps:
+        if step % 200 == 0 or step == 1 or step == last:
             print(f"step {step:6d} loss {loss.item():.4f} lr {lr:.2e} {time.time() - t0:.0f}s", flush=True)
         if args.report_every and step % args.report_every == 0:
             print(f"  accuracy at 0.9 (60 problems): {quick_accuracy(model)}", flush=True)
+        if snapshot and args.snapshot_every and step % args.snapshot_every == 0 and step < last:
+            snapshot(step)
 
 
 # ---------------------------------------------------------------------------------------
@@ -489,6 +496,32 @@ def round_params_to_bf16(model):
             p.copy_(bf16_round(p))
 
 
+def write_model_folder(model, out, held):
+    """config.json, model.safetensors (bf16), tokenizer.json and heldout.jsonl in `out`."""
+    cfg = model.cfg
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "heldout.jsonl"), "w") as f:
+        for name, p, a in held:
+            f.write(json.dumps({"task": name, "prompt": p, "answer": a}) + "\n")
+    config = {
+        "architectures": ["LLaDAModelLM"], "model_type": "llada",
+        "d_model": cfg.d_model, "n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads,
+        "n_layers": cfg.n_layers, "mlp_hidden_size": cfg.mlp_hidden,
+        "vocab_size": cfg.vocab_size, "embedding_size": cfg.vocab_size,
+        "max_sequence_length": cfg.max_seq_len, "rope_theta": cfg.rope_theta,
+        "rms_norm_eps": cfg.rms_eps, "mask_token_id": MASK_ID, "eos_token_id": EOS_ID,
+        "pad_token_id": EOS_ID, "weight_tying": False, "include_bias": False,
+        "torch_dtype": "bfloat16",
+        "tediserve": {"gen_length": GEN_LENGTH, "block_size": BLOCK_SIZE},
+    }
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+        f.write("\n")
+    write_safetensors(os.path.join(out, "model.safetensors"), llada_tensors(model, "BF16"),
+                      {"format": "pt"})
+    write_tokenizer(os.path.join(out, "tokenizer.json"))
+
+
 def write_tokenizer(path):
     tok = {
         "version": "1.0",
@@ -547,6 +580,10 @@ def main():
     ap.add_argument("--block-size", type=int, default=BLOCK_SIZE,
                     help="decoding block recorded in config.json and used by the report")
     ap.add_argument("--resume", default="", help="start from this train_state.pt (a second stage)")
+    ap.add_argument("--stop-after", type=int, default=0,
+                    help="stop after this many steps of the --steps schedule (a reproducible snapshot)")
+    ap.add_argument("--snapshot-every", type=int, default=0,
+                    help="also write the model folder every N steps to OUT/snap_<step> (bf16, no fixtures)")
     ap.add_argument("--init-from", default="", help="start from this model folder's weights (a fine-tune)")
     args = ap.parse_args()
     if args.block_size <= 0 or GEN_LENGTH % args.block_size:
@@ -562,6 +599,10 @@ def main():
                  mlp_hidden=3 * args.d_model, rope_theta=args.rope_theta)
     model = Model(cfg)
     ckpt = os.path.join(args.out, "train_state.pt")
+    # Held-out set: a separate RNG stream, problems never checked against training (the task
+    # space is large; duplicates are possible and harmless for the numbers).
+    hrng = random.Random(args.seed + 1)
+    held = [sample_task(hrng) for _ in range(args.heldout)]
     if args.eval_only:
         model.load_state_dict(torch.load(ckpt))
     else:
@@ -569,17 +610,16 @@ def main():
             model.load_state_dict(torch.load(args.resume))
         elif args.init_from:
             load_llada_folder(model, args.init_from)
-        train(model, args)
+
+        def snapshot(step):
+            snap = copy.deepcopy(model)
+            round_params_to_bf16(snap)
+            write_model_folder(snap, os.path.join(args.out, "snap_%d" % step), held)
+            print(f"  snapshot {os.path.join(args.out, 'snap_%d' % step)}", flush=True)
+        train(model, args, snapshot)
     round_params_to_bf16(model)  # what ships is bf16; everything below uses those weights
     model.eval()
 
-    # Held-out set: a separate RNG stream, problems never checked against training (the task
-    # space is large; duplicates are possible and harmless for the numbers).
-    hrng = random.Random(args.seed + 1)
-    held = [sample_task(hrng) for _ in range(args.heldout)]
-    with open(os.path.join(args.out, "heldout.jsonl"), "w") as f:
-        for name, p, a in held:
-            f.write(json.dumps({"task": name, "prompt": p, "answer": a}) + "\n")
 
     print("threshold  accuracy  mean_steps  per-task accuracy   (PyTorch reference decode, no cache, block %d)" % BLOCK_SIZE)
     for th in [0.9, 0.7, 0.5]:
@@ -598,23 +638,7 @@ def main():
 
     if not args.eval_only:
         torch.save(model.state_dict(), ckpt)
-    config = {
-        "architectures": ["LLaDAModelLM"], "model_type": "llada",
-        "d_model": cfg.d_model, "n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads,
-        "n_layers": cfg.n_layers, "mlp_hidden_size": cfg.mlp_hidden,
-        "vocab_size": cfg.vocab_size, "embedding_size": cfg.vocab_size,
-        "max_sequence_length": cfg.max_seq_len, "rope_theta": cfg.rope_theta,
-        "rms_norm_eps": cfg.rms_eps, "mask_token_id": MASK_ID, "eos_token_id": EOS_ID,
-        "pad_token_id": EOS_ID, "weight_tying": False, "include_bias": False,
-        "torch_dtype": "bfloat16",
-        "tediserve": {"gen_length": GEN_LENGTH, "block_size": BLOCK_SIZE},
-    }
-    with open(os.path.join(args.out, "config.json"), "w") as f:
-        json.dump(config, f, indent=1)
-        f.write("\n")
-    write_safetensors(os.path.join(args.out, "model.safetensors"), llada_tensors(model, "BF16"),
-                      {"format": "pt"})
-    write_tokenizer(os.path.join(args.out, "tokenizer.json"))
+    write_model_folder(model, args.out, held)
     write_reference(model, os.path.join(args.fixtures, "llada_reference.safetensors"),
                     random.Random(7), MASK_ID, [29, 11, 40])
 
@@ -663,7 +687,8 @@ def main():
                 f"--d-model {args.d_model} --layers {args.layers} --rope-theta {args.rope_theta} "
                 f"--task-set {args.task_set} --block-size {args.block_size}" +
                 (f" --resume {args.resume}" if args.resume else "") +
-                (f" --init-from {args.init_from}" if args.init_from else "") + "\n```\n\n")
+                (f" --init-from {args.init_from}" if args.init_from else "") +
+                (f" --stop-after {args.stop_after}" if args.stop_after else "") + "\n```\n\n")
         f.write(f"torch {torch.__version__}; tasks and weights: " +
                 ", ".join(f"{n} {w}" for n, _, w in TASKS) + "\n")
     print("wrote", args.out, args.fixtures)
