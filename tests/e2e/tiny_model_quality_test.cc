@@ -17,7 +17,7 @@ class TinyModelQuality : public ::testing::Test {
     auto b = LoadBundle(dir);
     ASSERT_TRUE(b.ok()) << b.status().ToString();
     bundle_ = new ModelBundle(std::move(b).value());
-    auto p = ReadEvalProblems(dir + "/heldout.jsonl", *bundle_->tokenizer);
+    auto p = engine::ReadTaskFile(dir + "/heldout.jsonl", *bundle_->tokenizer);
     ASSERT_TRUE(p.ok()) << p.status().ToString();
     problems_ = new std::vector<EvalProblem>(std::move(p).value());
     auto e = engine::DiffusionEngine::Create(bundle_->model, 1);
