@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake ninja-build pkg-config libopenblas-dev nlohmann-json3-dev
-          libcli11-dev libgtest-dev libgmock-dev libyaml-cpp-dev gnuplot-nox)
+          libcli11-dev libgtest-dev libgmock-dev libyaml-cpp-dev gnuplot-nox
+          libxgboost-dev xgboost)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

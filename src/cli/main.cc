@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/fit_denoiser_command.h"
+#include "cli/predictor_commands.h"
 #include "cli/model_setup.h"
 #include "cli/profile_command.h"
 
@@ -75,6 +76,11 @@ int main(int argc, char** argv) {
   FitDenoiserArgs fd;
   CLI::App* fdc = AddFitDenoiserCommand(app, &fd);
 
+  CollectStepsArgs cs;
+  CLI::App* csc = AddCollectStepsCommand(app, &cs);
+  TrainPredictorArgs tp;
+  CLI::App* tpc = AddTrainPredictorCommand(app, &tp);
+
   // CLI11 reports a misspelt subcommand as "a subcommand is required"; name it instead.
   if (argc > 1 && argv[1][0] != '-') {
     const std::string sub = argv[1];
@@ -100,5 +106,7 @@ int main(int argc, char** argv) {
   if (*s) return RunSimulate(sm);
   if (*pr) return RunProfile(pf);
   if (*fdc) return RunFitDenoiser(*fdc, fd);
+  if (*csc) return RunCollectSteps(cs);
+  if (*tpc) return RunTrainPredictor(tp);
   return 2;
 }

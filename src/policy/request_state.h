@@ -57,6 +57,22 @@ struct RequestState {
   }
   // Lower bound on remaining steps: every unfinished block needs one more step at least.
   int MinRemainingSteps() const { return num_blocks - block; }
+
+  // Counts a finished step into the progress fields; true when the request is now done.
+  bool Apply(const StepOutcome& o) {
+    steps += 1;
+    steps_in_block += 1;
+    unmasked += o.unmasked;
+    unmasked_in_block += o.unmasked;
+    features = o.features;
+    if (o.block_done) {
+      block += 1;
+      steps_in_block = 0;
+      unmasked_in_block = 0;
+    }
+    done = o.request_done || block >= num_blocks;
+    return done;
+  }
 };
 
 }  // namespace tediserve::policy

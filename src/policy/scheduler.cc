@@ -381,17 +381,7 @@ void Scheduler::OnStepDone(InstanceId instance, std::span<const StepOutcome> out
     if (it == requests_.end()) continue;
     RequestState& r = it->second;
     r.in_flight = false;
-    r.steps += 1;
-    r.steps_in_block += 1;
-    r.unmasked += o.unmasked;
-    r.unmasked_in_block += o.unmasked;
-    r.features = o.features;
-    if (o.block_done) {
-      r.block += 1;
-      r.steps_in_block = 0;
-      r.unmasked_in_block = 0;
-    }
-    if (o.request_done || r.block >= r.num_blocks) {
+    if (r.Apply(o)) {
       Unplace(r);
       order_.erase({-r.spec.priority, r.spec.arrival, r.spec.id});
       requests_.erase(it);

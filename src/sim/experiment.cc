@@ -317,6 +317,40 @@ double SoloLatency(const policy::RequestSpec& r, const policy::LatencyProfile& p
   return blocks * profile.StepSeconds(tp, seq) + std::max(0.0, steps - blocks) * profile.StepSeconds(tp, block);
 }
 
+// The denoising model of a run and its requests (lengths from the workload, or from the
+// engine's problems when the engine is in the loop).
+StatusOr<ExperimentModel> BuildModel(const RunConfig& rc, const Calibration& cal) {
+  ExperimentModel m;
+  m.block_size = rc.sim.policy.block_size;
+  m.cache = rc.sim.policy.cache;
+  m.thresholds = rc.sim.policy.thresholds;
+  for (double c : m.thresholds) m.tokens_per_step.push_back(cal.TokensPerStepAt(c));
+  ASSIGN_OR_RETURN(m.requests, GenerateWorkload(rc.workload, rc.seed));
+  if (rc.denoiser_type == "statistical") {
+    if (cal.block_size != rc.sim.policy.block_size) {
+      return InvalidArgument("model.block_size " + std::to_string(rc.sim.policy.block_size) +
+                             " differs from the calibration's block size " + std::to_string(cal.block_size) +
+                             " (" + rc.calibration_path + ")");
+    }
+    m.denoiser = std::make_unique<StatisticalDenoiser>(cal, rc.seed);
+  } else {
+    EngineDenoiserOptions eopt;
+    eopt.problems_file = rc.engine_problems;
+    eopt.use_cache = rc.sim.policy.cache;
+    eopt.block_size = rc.sim.policy.block_size;
+    auto e = EngineDenoiser::Create(rc.engine_model, eopt);
+    if (!e.ok()) return e.status().WithContext("model.denoiser");
+    m.engine = e->get();
+    // The engine decides lengths: its problems' prompts and the model's output length.
+    for (auto& r : m.requests) {
+      r.prompt_len = m.engine->ProblemPromptLength(r.id);
+      r.output_len = m.engine->default_output_len();
+    }
+    m.denoiser = std::move(*e);
+  }
+  return m;
+}
+
 StatusOr<RunOutcome> RunOne(RunConfig rc, const ExperimentOptions& eo) {
   policy::LatencyProfile profile;
   if (!rc.profile_csv.empty()) {
@@ -337,32 +371,10 @@ StatusOr<RunOutcome> RunOne(RunConfig rc, const ExperimentOptions& eo) {
     rc.sim.policy.accuracy.push_back(cal.AccuracyAt(c));
   }
 
-  ASSIGN_OR_RETURN(std::vector<policy::RequestSpec> requests, GenerateWorkload(rc.workload, rc.seed));
-
-  std::unique_ptr<DenoiserModel> denoiser;
-  EngineDenoiser* engine = nullptr;
-  if (rc.denoiser_type == "statistical") {
-    if (cal.block_size != rc.sim.policy.block_size) {
-      return InvalidArgument("model.block_size " + std::to_string(rc.sim.policy.block_size) +
-                             " differs from the calibration's block size " + std::to_string(cal.block_size) +
-                             " (" + rc.calibration_path + ")");
-    }
-    denoiser = std::make_unique<StatisticalDenoiser>(cal, rc.seed);
-  } else {
-    EngineDenoiserOptions eopt;
-    eopt.problems_file = rc.engine_problems;
-    eopt.use_cache = rc.sim.policy.cache;
-    eopt.block_size = rc.sim.policy.block_size;
-    auto e = EngineDenoiser::Create(rc.engine_model, eopt);
-    if (!e.ok()) return e.status().WithContext("model.denoiser");
-    engine = e->get();
-    // The engine decides lengths: its problems' prompts and the model's output length.
-    for (auto& r : requests) {
-      r.prompt_len = engine->ProblemPromptLength(r.id);
-      r.output_len = engine->default_output_len();
-    }
-    denoiser = std::move(*e);
-  }
+  ASSIGN_OR_RETURN(ExperimentModel model, BuildModel(rc, cal));
+  std::vector<policy::RequestSpec>& requests = model.requests;
+  std::unique_ptr<DenoiserModel>& denoiser = model.denoiser;
+  EngineDenoiser* engine = model.engine;
 
   for (const auto& i : rc.sim.instances) {
     if (!profile.HasTp(i.tp)) {
@@ -416,18 +428,38 @@ std::string Fmt(const char* f, double x) {
   return buf;
 }
 
-}  // namespace
-
-Status RunExperiment(const ExperimentOptions& eo) {
+StatusOr<YAML::Node> LoadConfig(const std::string& path) {
   YAML::Node root;
   try {
-    root = YAML::LoadFile(eo.config_path);
+    root = YAML::LoadFile(path);
   } catch (const YAML::BadFile&) {
-    return NotFound("cannot open config " + eo.config_path);
+    return NotFound("cannot open config " + path);
   } catch (const YAML::Exception& e) {
-    return InvalidArgument(eo.config_path + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
+    return InvalidArgument(path + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
   }
-  if (!root.IsMap()) return InvalidArgument(eo.config_path + ": the config must be a mapping");
+  if (!root.IsMap()) return InvalidArgument(path + ": the config must be a mapping");
+  return root;
+}
+
+}  // namespace
+
+StatusOr<ExperimentModel> LoadExperimentModel(const std::string& config_path) {
+  ASSIGN_OR_RETURN(YAML::Node root, LoadConfig(config_path));
+  try {
+    if (!root["policy"]) root["policy"] = YAML::Node(YAML::NodeType::Map);
+    if (!root["policy"]["name"]) root["policy"]["name"] = "tediserve";
+    RunConfig rc;
+    RETURN_IF_ERROR(ParseRun(root, fs::path(config_path).parent_path().string(), &rc).WithContext(config_path));
+    auto cal = LoadCalibration(rc.calibration_path);
+    if (!cal.ok()) return cal.status().WithContext("model.denoiser.calibration");
+    return BuildModel(rc, *cal);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(config_path + ": " + e.msg);
+  }
+}
+
+Status RunExperiment(const ExperimentOptions& eo) {
+  ASSIGN_OR_RETURN(YAML::Node root, LoadConfig(eo.config_path));
   const std::string base = fs::path(eo.config_path).parent_path().string();
 
   try {

@@ -1,0 +1,177 @@
+#include <fstream>
+#include <random>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/temp_dir.h"
+#include "predictor/gbm.h"
+#include "predictor/step_log.h"
+#include "predictor/step_predictor.h"
+
+namespace tediserve::predictor {
+namespace {
+
+using ::testing::HasSubstr;
+
+// y = 2 x0 + x1 on a grid: trees fit it closely.
+void Data(int cols, std::vector<float>* x, std::vector<float>* y) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(0, 1);
+  for (int i = 0; i < 2000; ++i) {
+    for (int c = 0; c < cols; ++c) x->push_back(u(rng));
+    y->push_back(2 * (*x)[x->size() - cols] + (*x)[x->size() - cols + 1]);
+  }
+}
+
+TEST(GbmTest, TrainsSavesLoadsAndPredictsTheSame) {
+  std::vector<float> x, y;
+  Data(3, &x, &y);
+  GbmParams p;
+  p.rounds = 100;
+  auto g = Gbm::Train(x, y, 3, p);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  const std::vector<float> q = {0.5f, 0.5f, 0.1f, 0.1f, 0.9f, 0.7f};
+  std::vector<float> a(2), b(2);
+  ASSERT_TRUE(g->Predict(q, a).ok());
+  EXPECT_NEAR(a[0], 1.5, 0.1);
+  EXPECT_NEAR(a[1], 1.1, 0.1);
+  TempDir dir;
+  const std::string path = (dir.path() / "m.json").string();
+  ASSERT_TRUE(g->SetAttribute("k", "v").ok());
+  ASSERT_TRUE(g->Save(path).ok());
+  auto h = Gbm::Load(path);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(h->num_features(), 3);
+  EXPECT_EQ(h->Attribute("k"), "v");
+  EXPECT_EQ(h->Attribute("absent"), "");
+  ASSERT_TRUE(h->Predict(q, b).ok());
+  EXPECT_EQ(a, b);
+  std::vector<float> wrong(5);
+  EXPECT_FALSE(h->Predict(wrong, b).ok());
+}
+
+TEST(GbmTest, BadTrainingInput) {
+  std::vector<float> x(10), y(3);
+  EXPECT_FALSE(Gbm::Train(x, y, 3, {}).ok());
+  GbmParams p;
+  p.rounds = 0;
+  std::vector<float> x2(9);
+  EXPECT_FALSE(Gbm::Train(x2, y, 3, p).ok());
+}
+
+class StepPredictorFiles : public ::testing::Test {
+ protected:
+  std::string Trained(int cols, policy::FeatureSet set, bool tag) {
+    std::vector<float> x, y;
+    Data(cols, &x, &y);
+    GbmParams p;
+    p.rounds = 5;
+    auto g = Gbm::Train(x, y, cols, p);
+    EXPECT_TRUE(g.ok());
+    std::string name = "model_";
+    name += std::to_string(n_++);
+    name += ".json";
+    const std::string path = (dir_.path() / name).string();
+    if (tag) {
+      if (cols == policy::NumFeatures(set)) {
+        auto sp = StepPredictor::FromGbm(std::move(*g), set);
+        EXPECT_TRUE(sp.ok());
+        EXPECT_TRUE(sp->Save(path).ok());
+        return path;
+      }
+      EXPECT_TRUE(g->SetAttribute(kAttrFeatureSet, policy::FeatureSetName(set)).ok());
+    }
+    EXPECT_TRUE(g->Save(path).ok());
+    return path;
+  }
+  void ExpectLoadError(const std::string& path, const std::string& what) {
+    auto p = StepPredictor::Load(path);
+    ASSERT_FALSE(p.ok());
+    EXPECT_THAT(p.status().message(), HasSubstr(what));
+  }
+  TempDir dir_;
+  int n_ = 0;
+};
+
+TEST_F(StepPredictorFiles, LoadsWhatItSavedAndPredictsAtLeastTheBlocksLeft) {
+  auto p = StepPredictor::Load(Trained(policy::NumFeatures(policy::FeatureSet::kFull), policy::FeatureSet::kFull, true));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->feature_set(), policy::FeatureSet::kFull);
+  policy::RequestState r;
+  r.spec.output_len = 256;
+  r.spec.prompt_len = 100;
+  r.block_size = 32;
+  r.num_blocks = 8;
+  const policy::RequestState* rs[] = {&r, &r};
+  const double th[] = {0.9, 0.5};
+  std::vector<double> out(4);
+  ASSERT_TRUE(p->Predict(rs, th, out).ok());
+  for (double v : out) EXPECT_GE(v, 8);
+  std::vector<double> small(3);
+  EXPECT_FALSE(p->Predict(rs, th, small).ok());
+}
+
+TEST_F(StepPredictorFiles, MissingCorruptUntaggedOrMismatchedFilesAreErrors) {
+  ExpectLoadError((dir_.path() / "none.json").string(), "not found");
+  const std::string junk = (dir_.path() / "junk.json").string();
+  std::ofstream(junk) << "{\"learner\": 12";
+  ExpectLoadError(junk, "cannot be read");
+  ExpectLoadError(Trained(9, policy::FeatureSet::kFull, false), "no TeDiServe feature set");
+  // Tagged "full" but trained on 9 columns: the wrong feature count is named.
+  ExpectLoadError(Trained(9, policy::FeatureSet::kFull, true), "has 9 features");
+}
+
+TEST(StepLogTest, RoundTripAndLineErrors) {
+  TempDir dir;
+  StepLogRow row;
+  row.state.spec = {7, 0, 12, 64};
+  row.state.block_size = 32;
+  row.state.num_blocks = 2;
+  row.state.steps = 3;
+  row.state.block = 1;
+  row.state.unmasked = 40;
+  row.state.unmasked_in_block = 8;
+  row.state.steps_in_block = 1;
+  row.state.features.block = {24, 0.1f, 0.2f, 0.3f, 0.4f, 0.25f};
+  row.state.features.block_above = {1, 2, 3, 4, 5};
+  row.threshold = 0.7;
+  row.remaining = 4;
+  row.problem = 3;
+  const std::string path = (dir.path() / "log.jsonl").string();
+  ASSERT_TRUE(WriteStepLog(path, {row, row}).ok());
+  auto back = ReadStepLog(path);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->size(), 2u);
+  const StepLogRow& b = (*back)[1];
+  EXPECT_EQ(b.state.spec.id, 7);
+  EXPECT_EQ(b.problem, 3);
+  EXPECT_EQ(b.state.num_blocks, 2);
+  EXPECT_EQ(b.state.unmasked_in_block, 8);
+  EXPECT_FLOAT_EQ(b.state.features.block.q3, 0.4f);
+  EXPECT_EQ(b.state.features.block_above[4], 5);
+  EXPECT_DOUBLE_EQ(b.threshold, 0.7);
+  EXPECT_EQ(b.remaining, 4);
+
+  auto bad = [&](const std::string& text, const std::string& what) {
+    const std::string p = (dir.path() / "bad.jsonl").string();
+    std::ofstream(p) << StepLogRowJson(row) << "\n" << text << "\n";
+    auto r = ReadStepLog(p);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_THAT(r.status().message(), HasSubstr(what));
+  };
+  bad("[1, 2]", "bad.jsonl:2: not a JSON object");
+  std::string s = StepLogRowJson(row);
+  bad(s.substr(0, s.size() - 1) + ",\"remaining\":0}", "");  // duplicate key: last wins -> out of range
+  StepLogRow past = row;
+  past.state.block = 2;
+  bad(StepLogRowJson(past), "past the request's length");
+  StepLogRow th = row;
+  th.threshold = 1.5;
+  bad(StepLogRowJson(th), "threshold");
+  bad("{\"request\": 1}", "missing integer field");
+  EXPECT_FALSE(ReadStepLog((dir.path() / "none.jsonl").string()).ok());
+}
+
+}  // namespace
+}  // namespace tediserve::predictor

@@ -1,0 +1,84 @@
+#include "predictor/step_predictor.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tediserve::predictor {
+namespace {
+
+std::string JoinNames(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ",") + n;
+  return s;
+}
+
+}  // namespace
+
+StatusOr<StepPredictor> StepPredictor::FromGbm(Gbm gbm, policy::FeatureSet set) {
+  if (gbm.num_features() != policy::NumFeatures(set))
+    return InvalidArgument("step predictor: model has " + std::to_string(gbm.num_features()) + " features, the " +
+                           policy::FeatureSetName(set) + " set has " + std::to_string(policy::NumFeatures(set)));
+  RETURN_IF_ERROR(gbm.SetAttribute(kAttrFeatureSet, policy::FeatureSetName(set)));
+  RETURN_IF_ERROR(gbm.SetAttribute(kAttrFeatures, JoinNames(policy::FeatureNames(set))));
+  return StepPredictor(std::move(gbm), set);
+}
+
+StatusOr<StepPredictor> StepPredictor::Load(const std::string& path) {
+  ASSIGN_OR_RETURN(Gbm gbm, Gbm::Load(path));
+  const std::string set_name = gbm.Attribute(kAttrFeatureSet);
+  policy::FeatureSet set;
+  if (!policy::ParseFeatureSet(set_name, &set))
+    return InvalidArgument("step predictor model " + path + " has no TeDiServe feature set (not made by train-predictor?)");
+  if (gbm.num_features() != policy::NumFeatures(set) || gbm.Attribute(kAttrFeatures) != JoinNames(policy::FeatureNames(set)))
+    return InvalidArgument("step predictor model " + path + " has " + std::to_string(gbm.num_features()) +
+                           " features [" + gbm.Attribute(kAttrFeatures) + "], this build's \"" + set_name + "\" set has " +
+                           std::to_string(policy::NumFeatures(set)) + " [" + JoinNames(policy::FeatureNames(set)) +
+                           "]: retrain it");
+  StepPredictor p(std::move(gbm), set);
+  const std::string k = p.gbm_.Attribute(kAttrRefreshTokens);
+  if (!k.empty()) {
+    char* end = nullptr;
+    const long v = std::strtol(k.c_str(), &end, 10);
+    if (*end != '\0' || v < 0 || v > (1 << 20)) return InvalidArgument("step predictor model " + path + ": bad refresh tokens \"" + k + "\"");
+    p.refresh_tokens_ = static_cast<int>(v);
+  }
+  return p;
+}
+
+Status StepPredictor::Save(const std::string& path) const { return gbm_.Save(path); }
+
+Status StepPredictor::set_refresh_tokens(int k) {
+  refresh_tokens_ = k;
+  return gbm_.SetAttribute(kAttrRefreshTokens, std::to_string(k));
+}
+
+Status StepPredictor::Predict(std::span<const policy::RequestState* const> requests, std::span<const double> thresholds,
+                              std::span<double> out) {
+  const size_t nt = thresholds.size(), nf = static_cast<size_t>(policy::NumFeatures(set_));
+  if (out.size() != requests.size() * nt) return InvalidArgument("step predictor: output size mismatch");
+  rows_.resize(requests.size() * nt * nf);
+  raw_.resize(requests.size() * nt);
+  for (size_t i = 0; i < requests.size(); ++i)
+    for (size_t k = 0; k < nt; ++k)
+      policy::StepFeatures(*requests[i], thresholds[k], set_, std::span<float>(rows_.data() + (i * nt + k) * nf, nf));
+  RETURN_IF_ERROR(gbm_.Predict(rows_, raw_));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const policy::RequestState& r = *requests[i];
+    for (size_t k = 0; k < nt; ++k) {
+      const double v = raw_[i * nt + k] * r.spec.output_len;
+      out[i * nt + k] = std::max<double>(std::isfinite(v) ? v : 0.0, r.MinRemainingSteps());
+    }
+  }
+  return Status::Ok();
+}
+
+void TrainedEstimator::Predict(const policy::RequestState& r, std::span<const double> thresholds,
+                               std::span<double> out) {
+  const policy::RequestState* one[] = {&r};
+  if (!predictor_->Predict(one, thresholds, out).ok()) {
+    ++fallbacks_;
+    fallback_.Predict(r, thresholds, out);
+  }
+}
+
+}  // namespace tediserve::predictor
