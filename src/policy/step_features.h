@@ -21,6 +21,10 @@ enum class FeatureSet {
 const char* FeatureSetName(FeatureSet set);
 bool ParseFeatureSet(const std::string& name, FeatureSet* out);
 
+// Column of the candidate threshold (the same in every set): rows of one request under
+// different thresholds differ only there.
+inline constexpr int kThresholdFeature = 3;
+
 // Names of the columns of `set`, in order (the model file records them).
 const std::vector<std::string>& FeatureNames(FeatureSet set);
 inline int NumFeatures(FeatureSet set) { return static_cast<int>(FeatureNames(set).size()); }

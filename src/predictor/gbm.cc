@@ -89,6 +89,13 @@ Status Gbm::Save(const std::string& path) const {
   return Status::Ok();
 }
 
+StatusOr<std::string> Gbm::ToJson() const {
+  bst_ulong len = 0;
+  const char* data = nullptr;
+  XGB_CHECK(XGBoosterSaveModelToBuffer(booster_, "{\"format\": \"json\"}", &len, &data), "serialising the model");
+  return std::string(data, len);
+}
+
 Status Gbm::set_threads(int threads) {
   XGB_CHECK(XGBoosterSetParam(booster_, "nthread", std::to_string(threads).c_str()), "setting nthread");
   return Status::Ok();

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "common/temp_dir.h"
+#include "predictor/forest.h"
 #include "predictor/gbm.h"
 #include "predictor/step_log.h"
 #include "predictor/step_predictor.h"
@@ -58,6 +59,45 @@ TEST(GbmTest, BadTrainingInput) {
   p.rounds = 0;
   std::vector<float> x2(9);
   EXPECT_FALSE(Gbm::Train(x2, y, 3, p).ok());
+}
+
+TEST(ForestTest, MatchesXgboostRowByRowAndAcrossVaryingThreshold) {
+  const int cols = 6;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(0, 1);
+  std::vector<float> x, y;
+  for (int i = 0; i < 3000; ++i) {
+    for (int c = 0; c < cols; ++c) x.push_back(u(rng));
+    const float* r = &x[x.size() - cols];
+    y.push_back(r[3] > 0.6f ? r[0] * 3 : r[1] - r[2] * r[3]);
+  }
+  GbmParams p;
+  p.rounds = 40;
+  p.max_depth = 5;
+  auto g = Gbm::Train(x, y, cols, p);
+  ASSERT_TRUE(g.ok());
+  auto json = g->ToJson();
+  ASSERT_TRUE(json.ok());
+  auto f = Forest::FromXgboostJson(*json);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->num_trees(), 40);
+  EXPECT_EQ(f->num_features(), cols);
+  std::vector<float> want(1000);
+  ASSERT_TRUE(g->Predict(std::span<const float>(x.data(), 1000 * cols), want).ok());
+  const std::vector<float> values = {0.9f, 0.8f, 0.7f, 0.6f, 0.5f};
+  for (int i = 0; i < 1000; ++i) {
+    std::span<const float> row(x.data() + i * cols, cols);
+    EXPECT_NEAR(f->Predict(row), want[i], 1e-5) << i;
+    std::vector<float> out(values.size());
+    f->PredictVarying(row, 3, values, out);
+    std::vector<float> copy(row.begin(), row.end());
+    for (size_t k = 0; k < values.size(); ++k) {
+      copy[3] = values[k];
+      EXPECT_NEAR(out[k], f->Predict(copy), 1e-5) << i << " " << k;
+    }
+  }
+  EXPECT_FALSE(Forest::FromXgboostJson("{}").ok());
+  EXPECT_FALSE(Forest::FromXgboostJson("not json").ok());
 }
 
 class StepPredictorFiles : public ::testing::Test {

@@ -20,7 +20,9 @@ StatusOr<StepPredictor> StepPredictor::FromGbm(Gbm gbm, policy::FeatureSet set) 
                            policy::FeatureSetName(set) + " set has " + std::to_string(policy::NumFeatures(set)));
   RETURN_IF_ERROR(gbm.SetAttribute(kAttrFeatureSet, policy::FeatureSetName(set)));
   RETURN_IF_ERROR(gbm.SetAttribute(kAttrFeatures, JoinNames(policy::FeatureNames(set))));
-  return StepPredictor(std::move(gbm), set);
+  ASSIGN_OR_RETURN(std::string json, gbm.ToJson());
+  ASSIGN_OR_RETURN(Forest forest, Forest::FromXgboostJson(json));
+  return StepPredictor(std::move(gbm), std::move(forest), set);
 }
 
 StatusOr<StepPredictor> StepPredictor::Load(const std::string& path) {
@@ -34,7 +36,10 @@ StatusOr<StepPredictor> StepPredictor::Load(const std::string& path) {
                            " features [" + gbm.Attribute(kAttrFeatures) + "], this build's \"" + set_name + "\" set has " +
                            std::to_string(policy::NumFeatures(set)) + " [" + JoinNames(policy::FeatureNames(set)) +
                            "]: retrain it");
-  StepPredictor p(std::move(gbm), set);
+  ASSIGN_OR_RETURN(std::string json, gbm.ToJson());
+  auto forest = Forest::FromXgboostJson(json);
+  if (!forest.ok()) return forest.status().WithContext("step predictor model " + path);
+  StepPredictor p(std::move(gbm), std::move(*forest), set);
   const std::string k = p.gbm_.Attribute(kAttrRefreshTokens);
   if (!k.empty()) {
     char* end = nullptr;
@@ -56,16 +61,17 @@ Status StepPredictor::Predict(std::span<const policy::RequestState* const> reque
                               std::span<double> out) {
   const size_t nt = thresholds.size(), nf = static_cast<size_t>(policy::NumFeatures(set_));
   if (out.size() != requests.size() * nt) return InvalidArgument("step predictor: output size mismatch");
-  rows_.resize(requests.size() * nt * nf);
-  raw_.resize(requests.size() * nt);
-  for (size_t i = 0; i < requests.size(); ++i)
-    for (size_t k = 0; k < nt; ++k)
-      policy::StepFeatures(*requests[i], thresholds[k], set_, std::span<float>(rows_.data() + (i * nt + k) * nf, nf));
-  RETURN_IF_ERROR(gbm_.Predict(rows_, raw_));
+  if (nt == 0) return Status::Ok();
+  if (nt > 32) return InvalidArgument("step predictor: at most 32 thresholds per call");
+  row_.resize(nf);
+  values_.assign(thresholds.begin(), thresholds.end());
+  raw_.resize(nt);
   for (size_t i = 0; i < requests.size(); ++i) {
     const policy::RequestState& r = *requests[i];
+    policy::StepFeatures(r, thresholds[0], set_, row_);
+    forest_.PredictVarying(row_, policy::kThresholdFeature, values_, raw_);
     for (size_t k = 0; k < nt; ++k) {
-      const double v = raw_[i * nt + k] * r.spec.output_len;
+      const double v = raw_[k] * r.spec.output_len;
       out[i * nt + k] = std::max<double>(std::isfinite(v) ? v : 0.0, r.MinRemainingSteps());
     }
   }

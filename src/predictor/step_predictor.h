@@ -12,6 +12,7 @@
 #include "policy/request_state.h"
 #include "policy/step_estimator.h"
 #include "policy/step_features.h"
+#include "predictor/forest.h"
 #include "predictor/gbm.h"
 
 namespace tediserve::predictor {
@@ -42,11 +43,13 @@ class StepPredictor {
   Status PredictRows(std::span<const float> rows, std::span<float> out) const { return gbm_.Predict(rows, out); }
 
  private:
-  StepPredictor(Gbm gbm, policy::FeatureSet set) : gbm_(std::move(gbm)), set_(set) {}
+  StepPredictor(Gbm gbm, Forest forest, policy::FeatureSet set)
+      : gbm_(std::move(gbm)), forest_(std::move(forest)), set_(set) {}
   Gbm gbm_;
+  Forest forest_;
   policy::FeatureSet set_;
   int refresh_tokens_ = 0;
-  std::vector<float> rows_, raw_;  // scratch
+  std::vector<float> row_, values_, raw_;  // scratch
 };
 
 // The policy core's estimator backed by the predictor. Predict() is one request's batched

@@ -199,9 +199,10 @@ Status ParseModel(const YAML::Node& n, const std::string& base, RunConfig* rc) {
   return Status::Ok();
 }
 
-Status ParsePolicy(const YAML::Node& n, RunConfig* rc) {
+Status ParsePolicy(const YAML::Node& n, const std::string& base, RunConfig* rc) {
   const std::string p = "policy";
-  RETURN_IF_ERROR(CheckKeys(n, p, {"name", "thresholds", "fixed_threshold", "estimator", "oracle_refresh_tokens",
+  RETURN_IF_ERROR(CheckKeys(n, p, {"name", "thresholds", "fixed_threshold", "estimator", "oracle_refresh_tokens", "predictor",
+                                   "predictor_refresh_tokens",
                                    "load_control_debounce_s", "capacity_slo_s", "capacity_concurrency", "llumnix_margin_tokens",
                                    "proteus_period_s", "proteus_headroom"}));
   ASSIGN_OR_RETURN(std::string name, Get<std::string>(n, p, "name", std::nullopt));
@@ -227,6 +228,15 @@ Status ParsePolicy(const YAML::Node& n, RunConfig* rc) {
   ASSIGN_OR_RETURN(int refresh, Get<int>(n, p, "oracle_refresh_tokens", 0));
   if (refresh < 0) return InvalidArgument("policy.oracle_refresh_tokens: must be >= 0");
   rc->sim.oracle_refresh_tokens = refresh;
+  if (n["predictor"]) {
+    ASSIGN_OR_RETURN(std::string model, Get<std::string>(n, p, "predictor", std::nullopt));
+    rc->sim.predictor_model = ResolvePath(model, base);
+  }
+  if (rc->sim.estimator == "predictor" && rc->sim.predictor_model.empty())
+    return InvalidArgument("policy.predictor: the model file is required with estimator: predictor");
+  ASSIGN_OR_RETURN(rc->sim.predictor_refresh_tokens, Get<int>(n, p, "predictor_refresh_tokens", -1));
+  if (rc->sim.predictor_refresh_tokens < -1)
+    return InvalidArgument("policy.predictor_refresh_tokens: must be >= 0 (or -1: the model's)");
   ASSIGN_OR_RETURN(o.load_control_debounce, Get<double>(n, p, "load_control_debounce_s", 1.0));
   if (o.load_control_debounce < 0) return InvalidArgument("policy.load_control_debounce_s: must be >= 0");
   ASSIGN_OR_RETURN(o.capacity_slo, Get<double>(n, p, "capacity_slo_s", 0.0));
@@ -253,7 +263,7 @@ Status ParseRun(const YAML::Node& root, const std::string& base, RunConfig* rc) 
   if (!root["model"]) return InvalidArgument("model: missing");
   RETURN_IF_ERROR(ParseModel(root["model"], base, rc));
   if (!root["policy"]) return InvalidArgument("policy: missing");
-  RETURN_IF_ERROR(ParsePolicy(root["policy"], rc));
+  RETURN_IF_ERROR(ParsePolicy(root["policy"], base, rc));
   rc->sim.policy.seed = rc->seed;
   if (!root["workload"]) return InvalidArgument("workload: missing");
   ASSIGN_OR_RETURN(rc->workload, ParseWorkload(root["workload"], base));
@@ -300,6 +310,7 @@ struct RunOutcome {
   std::string policy;
   std::string x;
   double x_value = 0;
+  bool x_numeric = false;  // sweeps over names (e.g. policy.estimator) have no goodput
   Summary overall;
   std::vector<Summary> periods;
   double wall_s = 0;
@@ -512,6 +523,7 @@ Status RunExperiment(const ExperimentOptions& eo) {
           o.x = value.as<std::string>();
           try {
             o.x_value = value.as<double>();
+            o.x_numeric = true;
           } catch (const YAML::Exception&) {
             o.x_value = 0;
           }
@@ -554,22 +566,25 @@ Status RunExperiment(const ExperimentOptions& eo) {
       // Goodput: the hardest sweep value with >= 90% attainment, per policy. Every sweep key
       // makes the load heavier as it grows except the SLO scale, where smaller is harder.
       const bool smaller_is_harder = sweep_key == "slo.scale";
-      std::printf("\n%s (%s %s with >= 90%% SLO attainment):", smaller_is_harder ? "tightest SLO" : "goodput",
-                  smaller_is_harder ? "lowest" : "highest", sweep_key.c_str());
-      for (const std::string& pol : policies) {
-        std::string best = "none";
-        double best_x = -1e300;
-        for (const RunOutcome& o : outcomes) {
-          const double x = smaller_is_harder ? -o.x_value : o.x_value;
-          if (o.policy == pol && o.overall.attainment >= 0.9 && x > best_x) {
-            best_x = x;
-            best = o.x;
+      const bool numeric = std::all_of(outcomes.begin(), outcomes.end(), [](const RunOutcome& o) { return o.x_numeric; });
+      if (numeric) {
+        std::printf("\n%s (%s %s with >= 90%% SLO attainment):", smaller_is_harder ? "tightest SLO" : "goodput",
+                    smaller_is_harder ? "lowest" : "highest", sweep_key.c_str());
+        for (const std::string& pol : policies) {
+          std::string best = "none";
+          double best_x = -1e300;
+          for (const RunOutcome& o : outcomes) {
+            const double x = smaller_is_harder ? -o.x_value : o.x_value;
+            if (o.policy == pol && o.overall.attainment >= 0.9 && x > best_x) {
+              best_x = x;
+              best = o.x;
+            }
           }
+          std::printf(" %s %s;", pol.c_str(), best.c_str());
         }
-        std::printf(" %s %s;", pol.c_str(), best.c_str());
+        std::printf("\n");
       }
-      std::printf("\n");
-      if (eo.plots && (root["output"] && root["output"]["plots"] ? root["output"]["plots"].as<bool>() : true)) {
+      if (numeric && eo.plots && (root["output"] && root["output"]["plots"] ? root["output"]["plots"].as<bool>() : true)) {
         Status s = PlotSweep(sweep_csv, sweep_key, out_root + "/sweep", root["name"] ? root["name"].as<std::string>() : "");
         if (!s.ok() && !eo.quiet) std::fprintf(stderr, "warning: no sweep plots: %s\n", s.message().c_str());
       }

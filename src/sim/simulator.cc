@@ -1,5 +1,7 @@
 #include "sim/simulator.h"
 
+#include "predictor/step_predictor.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -43,6 +45,7 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
   }
 
   std::unique_ptr<policy::StepEstimator> estimator;
+  std::unique_ptr<predictor::StepPredictor> step_predictor;
   if (options.estimator == "oneshot") {
     if (options.tokens_per_step.size() != options.policy.thresholds.size()) {
       return InvalidArgument("the one-shot estimator needs tokens per step for every candidate threshold");
@@ -52,8 +55,18 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
     estimator = std::make_unique<policy::OracleEstimator>(
         [&denoiser](policy::RequestId id, double c) { return denoiser.RemainingSteps(id, c); },
         options.oracle_refresh_tokens);
+  } else if (options.estimator == "predictor") {
+    if (options.tokens_per_step.size() != options.policy.thresholds.size()) {
+      return InvalidArgument("the predictor's one-shot fallback needs tokens per step for every candidate threshold");
+    }
+    auto p = predictor::StepPredictor::Load(options.predictor_model);
+    if (!p.ok()) return p.status().WithContext("policy.predictor");
+    step_predictor = std::make_unique<predictor::StepPredictor>(std::move(*p));
+    const int k = options.predictor_refresh_tokens >= 0 ? options.predictor_refresh_tokens : step_predictor->refresh_tokens();
+    estimator = std::make_unique<predictor::TrainedEstimator>(
+        step_predictor.get(), policy::OneShotEstimator(options.policy.thresholds, options.tokens_per_step), k);
   } else {
-    return InvalidArgument("policy.estimator: unknown \"" + options.estimator + "\" (expected oneshot, oracle)");
+    return InvalidArgument("policy.estimator: unknown \"" + options.estimator + "\" (expected oneshot, oracle, predictor)");
   }
   ASSIGN_OR_RETURN(auto scheduler, policy::Scheduler::Create(options.policy, &profile, estimator.get(),
                                                              options.instances));

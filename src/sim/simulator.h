@@ -19,8 +19,10 @@ namespace tediserve::sim {
 struct SimOptions {
   policy::PolicyOptions policy;
   std::vector<policy::InstanceInfo> instances;
-  std::string estimator = "oneshot";  // oneshot | oracle
+  std::string estimator = "oneshot";  // oneshot | oracle | predictor
   int oracle_refresh_tokens = 0;       // 0: refresh at block starts
+  std::string predictor_model;         // the trained step predictor's file (estimator predictor)
+  int predictor_refresh_tokens = -1;   // k; -1: the one recorded in the model file
   // Historical mean tokens per step at each candidate threshold (the one-shot estimate).
   std::vector<double> tokens_per_step;
   policy::Seconds tick = 0.25;              // housekeeping events (load control, Proteus)
