@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -197,6 +198,61 @@ TEST_F(SimulateTest, MalformedTraceNamesTheLine) {
 
 TEST_F(SimulateTest, MissingConfigFile) {
   ExpectBadInput(RunCli({"simulate", Out("nope.yaml")}), "nope.yaml");
+}
+
+// The step predictor's recipe (docs/experiments.md, E4) on the tiny model: step logs from the
+// engine under every threshold -> a trained model with a held-out report -> the simulator
+// running on it.
+TEST_F(SimulateTest, CollectStepsTrainPredictorAndSimulateWithIt) {
+  const std::string log = Out("steps.jsonl"), model = Out("pred.json"), report = Out("report.json");
+  const auto c = RunCli({"collect-steps", "--model", RealModelDir().string(), "--requests", "80", "--out", log});
+  ExpectSuccess(c);
+  EXPECT_THAT(c.out, HasSubstr("80 requests x 5 thresholds"));
+  const auto t = RunCli({"train-predictor", "--log", log, "--out", model, "--json", report});
+  ExpectSuccess(t);
+  EXPECT_THAT(t.out, HasSubstr("MAPE of remaining steps"));
+  EXPECT_THAT(t.out, HasSubstr("refresh granularity"));
+  const auto j = nlohmann::json::parse(ReadFile(report));
+  EXPECT_GT(j["heldout_rows"].get<int>(), 0);
+  EXPECT_LE(j["mape_full"].get<double>(), j["mape_oneshot"].get<double>());
+
+  // The simulator on the shipped LLaDA predictor; its summary says which estimator ran.
+  const std::string o = Out("p");
+  const std::string cfg = SmallConfig(o);
+  const std::string with = std::regex_replace(
+      cfg, std::regex("policy: \\{name: tediserve\\}"),
+      "policy: {name: tediserve, estimator: predictor, predictor: " + Repo("data/calibrations/llada-8b-gsm8k.predictor.json") + "}");
+  ASSERT_NE(with, cfg);
+  ExpectSuccess(RunCli({"simulate", Write("q.yaml", with), "--no-plots", "--quiet"}));
+  const auto s = nlohmann::json::parse(ReadFile(o + "/tediserve/summary.json"));
+  EXPECT_EQ(s["estimator"], "predictor");
+  EXPECT_GT(s["overall"]["slo_attainment"].get<double>(), 0.5);
+}
+
+TEST_F(SimulateTest, PredictorBadInput) {
+  ExpectBadInput(RunCli({"train-predictor", "--log", Out("none.jsonl"), "--out", Out("m.json")}), "cannot open step log");
+  const std::string junk = Write("junk.jsonl", "{\"request\": 0}\n");
+  ExpectBadInput(RunCli({"train-predictor", "--log", junk, "--out", Out("m.json")}), "junk.jsonl:1");
+  ExpectBadInput(RunCli({"collect-steps", "--out", Out("x.jsonl")}), "--config or --model");
+  ExpectBadInput(RunCli({"collect-steps", "--config", Out("none.yaml"), "--out", Out("x.jsonl")}), "none.yaml");
+
+  auto with = [&](const std::string& policy) {
+    return std::regex_replace(SmallConfig(Out("r")), std::regex("policy: \\{name: tediserve\\}"), "policy: " + policy);
+  };
+  ExpectBadInput(RunCli({"simulate", Write("a.yaml", with("{name: tediserve, estimator: predictor}")), "--quiet"}),
+                 "policy.predictor");
+  ExpectBadInput(RunCli({"simulate", Write("b.yaml", with("{name: tediserve, estimator: predictor, predictor: " + junk + "}")),
+                         "--quiet"}),
+                 "cannot be read");
+  // A model whose recorded feature set does not match its trees: named, never used.
+  std::string m = ReadFile(Repo("models/tiny-llada/step_predictor.json"));
+  const std::string full = "\"tediserve_feature_set\":\"full\"";
+  ASSERT_NE(m.find(full), std::string::npos);
+  m.replace(m.find(full), full.size(), "\"tediserve_feature_set\":\"progress\"");
+  const std::string wrong = Write("wrong.json", m);
+  ExpectBadInput(RunCli({"simulate", Write("c.yaml", with("{name: tediserve, estimator: predictor, predictor: " + wrong + "}")),
+                         "--quiet"}),
+                 "has 26 features");
 }
 
 }  // namespace
