@@ -146,6 +146,21 @@ double Scheduler::MeanCap() const {
   return s / requests_.size();
 }
 
+void Scheduler::RefreshBatch(std::span<RequestState* const> rs) {
+  if (rs.empty()) return;
+  const size_t n = options_.thresholds.size();
+  batch_states_.assign(rs.begin(), rs.end());
+  batch_out_.resize(rs.size() * n);
+  estimator_->PredictBatch(batch_states_, options_.thresholds, batch_out_);
+  for (size_t i = 0; i < rs.size(); ++i) {
+    RequestState& r = *rs[i];
+    for (size_t k = 0; k < n; ++k) r.predicted[k] = std::max<double>(batch_out_[i * n + k], r.MinRemainingSteps());
+    r.tokens_since_refresh = 0;
+    r.needs_prediction = false;
+  }
+  stats_.predictions += static_cast<int64_t>(rs.size());
+}
+
 void Scheduler::Refresh(RequestState& r) {
   const size_t n = options_.thresholds.size();
   estimator_->Predict(r, options_.thresholds, std::span<double>(r.predicted.data(), n));
@@ -376,6 +391,7 @@ void Scheduler::OnStepDone(InstanceId instance, std::span<const StepOutcome> out
   inst.busy_until = now;
   std::vector<RequestId> ready;
   ready.reserve(outcomes.size());
+  std::vector<RequestState*> to_refresh;  // one batched prediction for the whole step
   for (const StepOutcome& o : outcomes) {
     auto it = requests_.find(o.id);
     if (it == requests_.end()) continue;
@@ -394,11 +410,12 @@ void Scheduler::OnStepDone(InstanceId instance, std::span<const StepOutcome> out
     r.tokens_since_refresh += o.unmasked;
     const int k_refresh = estimator_->refresh_tokens();
     if ((k_refresh > 0 && r.tokens_since_refresh >= k_refresh) || (k_refresh <= 0 && o.block_done)) {
-      Refresh(r);
+      to_refresh.push_back(&r);
     }
     SetQueuedTokens(r, r.NextStepTokens());
     ready.push_back(o.id);
   }
+  RefreshBatch(to_refresh);
   MaybeLoadControl(now);
   DispatchReady(ready, instance, now);
   if (options_.dispatch == DispatchKind::kStepLevel) DispatchWaiting(now);

@@ -139,6 +139,7 @@ class Scheduler {
   Scheduler(PolicyOptions options, const LatencyProfile* profile, StepEstimator* estimator);
 
   void Refresh(RequestState& r);
+  void RefreshBatch(std::span<RequestState* const> rs);
   void Place(RequestState& r, Instance& inst);
   void Unplace(RequestState& r);
   void SetQueuedTokens(RequestState& r, int tokens);
@@ -161,6 +162,8 @@ class Scheduler {
   std::set<OrderKey> order_;       // live requests, load-control order
   std::set<OrderKey> waiting_;     // not placed on any instance
   SchedulerStats stats_;
+  std::vector<const RequestState*> batch_states_;  // RefreshBatch scratch
+  std::vector<double> batch_out_;
   Seconds last_load_control_ = -1e300;
   double newest_cap_ = 1.0;
   double seq_sum_ = 0;      // sum of P+O over arrivals (mean sequence of the block pattern)

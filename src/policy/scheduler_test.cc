@@ -399,6 +399,36 @@ TEST(SchedulerSloTest, SloAwareRaisesThresholdAgainWhenSlackGrows) {
   EXPECT_DOUBLE_EQ(s.Find(0)->threshold, 0.9);
 }
 
+// Counts batched calls: a step that finishes blocks of several requests refreshes them all
+// in one call.
+class CountingEstimator : public PerBlockEstimator {
+ public:
+  void PredictBatch(std::span<const RequestState* const> rs, std::span<const double> th,
+                    std::span<double> out) override {
+    ++calls;
+    sizes.push_back(rs.size());
+    StepEstimator::PredictBatch(rs, th, out);
+  }
+  int calls = 0;
+  std::vector<size_t> sizes;
+};
+
+TEST(SchedulerSloTest, OneBatchedPredictionPerStep) {
+  const LatencyProfile profile = LinearProfile();
+  CountingEstimator estimator;
+  auto made = Scheduler::Create(*PolicyOptions::Named("tediserve"), &profile, &estimator, {{0, 1}});
+  ASSERT_TRUE(made.ok());
+  Scheduler& s = **made;
+  std::vector<Launch> out;
+  for (RequestId id = 0; id < 3; ++id) s.OnArrival(Spec(id, 0, /*slo=*/10), 0, &out);
+  const int before = estimator.calls;
+  const StepOutcome o[] = {Outcome(0, true), Outcome(1, true), Outcome(2, false)};
+  s.OnStepDone(0, o, 0.01, &out);
+  EXPECT_EQ(estimator.calls, before + 1);
+  EXPECT_EQ(estimator.sizes.back(), 2u);  // requests 0 and 1 finished a block; 2 did not
+  EXPECT_DOUBLE_EQ(s.Find(0)->predicted[0], 16 * 7);
+}
+
 TEST_F(SchedulerTest, CapsLowerUnderOverload) {
   for (const char* policy : {"caps-only", "tediserve"}) {
     SCOPED_TRACE(policy);

@@ -18,6 +18,13 @@ class StepEstimator {
   // (same length). Called on refresh only; the scheduler decrements in between.
   virtual void Predict(const RequestState& r, std::span<const double> thresholds,
                        std::span<double> out) = 0;
+  // The same for many requests in one call: out[i * thresholds.size() + k]. The default
+  // calls Predict per request; a model-backed estimator makes it one batched call.
+  virtual void PredictBatch(std::span<const RequestState* const> requests, std::span<const double> thresholds,
+                            std::span<double> out) {
+    const size_t n = thresholds.size();
+    for (size_t i = 0; i < requests.size(); ++i) Predict(*requests[i], thresholds, out.subspan(i * n, n));
+  }
   // Tokens unmasked between refreshes (k of DESIGN.md 3.3); 0 = refresh at block starts.
   virtual int refresh_tokens() const = 0;
   virtual const char* name() const = 0;

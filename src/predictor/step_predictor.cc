@@ -88,3 +88,15 @@ void TrainedEstimator::Predict(const policy::RequestState& r, std::span<const do
 }
 
 }  // namespace tediserve::predictor
+
+namespace tediserve::predictor {
+
+void TrainedEstimator::PredictBatch(std::span<const policy::RequestState* const> requests,
+                                    std::span<const double> thresholds, std::span<double> out) {
+  if (predictor_->Predict(requests, thresholds, out).ok()) return;
+  fallbacks_ += static_cast<int64_t>(requests.size());
+  const size_t n = thresholds.size();
+  for (size_t i = 0; i < requests.size(); ++i) fallback_.Predict(*requests[i], thresholds, out.subspan(i * n, n));
+}
+
+}  // namespace tediserve::predictor

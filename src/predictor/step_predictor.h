@@ -60,6 +60,8 @@ class TrainedEstimator : public policy::StepEstimator {
   TrainedEstimator(StepPredictor* predictor, policy::OneShotEstimator fallback, int refresh_tokens)
       : predictor_(predictor), fallback_(std::move(fallback)), refresh_tokens_(refresh_tokens) {}
   void Predict(const policy::RequestState& r, std::span<const double> thresholds, std::span<double> out) override;
+  void PredictBatch(std::span<const policy::RequestState* const> requests, std::span<const double> thresholds,
+                    std::span<double> out) override;
   int refresh_tokens() const override { return refresh_tokens_; }
   const char* name() const override { return "predictor"; }
   int64_t fallbacks() const { return fallbacks_; }
