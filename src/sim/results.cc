@@ -114,7 +114,8 @@ Status WriteRunFiles(const std::string& dir, const SimResult& result, const std:
   const auto& st = result.scheduler_stats;
   summary["scheduler"] = {{"dispatch_decisions", st.dispatch_decisions}, {"migrations", st.migrations},
                           {"load_control_runs", st.load_control_runs},
-                          {"threshold_selections", st.threshold_selections}, {"predictions", st.predictions}};
+                          {"threshold_selections", st.threshold_selections}, {"predictions", st.predictions},
+                          {"predictor_fallbacks", result.predictor_fallbacks}};
   summary["events"] = result.events;
   summary["instance_steps"] = result.steps;
   summary["request_steps"] = result.request_steps;

@@ -1,12 +1,12 @@
 #include "sim/simulator.h"
 
-#include "predictor/step_predictor.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <queue>
+
+#include "predictor/step_predictor.h"
 
 namespace tediserve::sim {
 namespace {
@@ -211,6 +211,7 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
   }
   // Migrations of finished requests were counted by the scheduler; record totals.
   result.scheduler_stats = scheduler->stats();
+  if (auto* t = dynamic_cast<predictor::TrainedEstimator*>(estimator.get())) result.predictor_fallbacks = t->fallbacks();
   result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   return result;
 }

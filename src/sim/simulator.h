@@ -56,6 +56,7 @@ struct SimResult {
   std::vector<RequestResult> requests;  // by id
   std::vector<TimelinePoint> timeline;
   policy::SchedulerStats scheduler_stats;
+  int64_t predictor_fallbacks = 0;  // predictions that fell back to one-shot (estimator predictor)
   int64_t events = 0;
   int64_t steps = 0;          // instance steps
   int64_t request_steps = 0;  // sum over steps of batch size

@@ -148,6 +148,18 @@ TEST_F(SimulateTest, EngineInTheLoop) {
   // Quality is the engine's own exact match here: well above chance, at most 1.
   EXPECT_GT(summary["overall"]["quality"].get<double>(), 0.5);
   EXPECT_LE(summary["overall"]["quality"].get<double>(), 1.0);
+
+  // The same with the tiny model's shipped step predictor on the engine's real features.
+  std::string cfg = c.str();
+  const std::string plain = "policy: {name: tediserve}";
+  cfg.replace(cfg.find(plain), plain.size(),
+              "policy: {name: tediserve, estimator: predictor, predictor: " + Repo("models/tiny-llada/step_predictor.json") + "}");
+  ExpectSuccess(RunCli({"simulate", Write("ep.yaml", cfg), "--no-plots", "--quiet"}));
+  const auto ps = nlohmann::json::parse(ReadFile(o + "/tediserve/summary.json"));
+  EXPECT_EQ(ps["estimator"], "predictor");
+  EXPECT_EQ(ps["overall"]["requests"].get<int>(), 60);
+  EXPECT_GT(ps["scheduler"]["predictions"].get<int>(), 60);
+  EXPECT_EQ(ps["scheduler"]["predictor_fallbacks"].get<int>(), 0);
 }
 
 // --- bad input -----------------------------------------------------------------------------
