@@ -43,6 +43,8 @@ struct RequestState {
   std::array<double, kMaxThresholds> predicted{};
   int tokens_since_refresh = 0;
   bool needs_prediction = true;
+  bool prediction_pending = false;  // async: a refresh was sent out and has not come back
+  int prediction_steps = 0;         // steps done when it was sent
 
   // The next step pushes the whole sequence through the network (recompute) or only the
   // block (cache step).

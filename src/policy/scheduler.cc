@@ -148,6 +148,16 @@ double Scheduler::MeanCap() const {
 
 void Scheduler::RefreshBatch(std::span<RequestState* const> rs) {
   if (rs.empty()) return;
+  if (options_.async_predictions) {
+    for (RequestState* r : rs) {
+      r->tokens_since_refresh = 0;
+      if (r->prediction_pending) continue;  // one in flight per request
+      r->prediction_pending = true;
+      r->prediction_steps = r->steps;
+      pending_predictions_.push_back(*r);
+    }
+    return;
+  }
   const size_t n = options_.thresholds.size();
   batch_states_.assign(rs.begin(), rs.end());
   batch_out_.resize(rs.size() * n);
@@ -159,6 +169,30 @@ void Scheduler::RefreshBatch(std::span<RequestState* const> rs) {
     r.needs_prediction = false;
   }
   stats_.predictions += static_cast<int64_t>(rs.size());
+}
+
+std::vector<RequestState> Scheduler::TakePredictionRequests() {
+  std::vector<RequestState> out;
+  out.swap(pending_predictions_);
+  return out;
+}
+
+void Scheduler::OnPredictions(std::span<const RequestId> ids, std::span<const double> predicted, Seconds now) {
+  const size_t n = options_.thresholds.size();
+  if (predicted.size() != ids.size() * n) return;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto it = requests_.find(ids[i]);
+    if (it == requests_.end()) continue;
+    RequestState& r = it->second;
+    const int since = r.steps - r.prediction_steps;
+    for (size_t k = 0; k < n; ++k) r.predicted[k] = std::max<double>(predicted[i * n + k] - since, r.MinRemainingSteps());
+    r.prediction_pending = false;
+    r.needs_prediction = false;
+    ++stats_.predictions;
+    // A fresh prediction re-runs Algorithm 1 for the request's next step (DESIGN.md 3.1).
+    if (!r.in_flight) ChooseThreshold(r, now);
+  }
+  MaybeLoadControl(now);
 }
 
 void Scheduler::Refresh(RequestState& r) {

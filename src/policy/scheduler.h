@@ -55,6 +55,9 @@ struct PolicyOptions {
   // run by this many requests side by side; 0 = full token-budget batches instead.
   int capacity_concurrency = 2;
   int llumnix_margin_tokens = 4096;    // imbalance that triggers a Llumnix migration
+  // Refreshed predictions are computed by the driver off the scheduling thread
+  // (TakePredictionRequests / OnPredictions) instead of inline; arrivals still predict inline.
+  bool async_predictions = false;
   Seconds proteus_period = 10;
   double proteus_headroom = 1.05;      // capacity >= headroom x demand
   double proteus_smoothing = 0.5;      // weight of the newest period's arrival rate
@@ -108,6 +111,12 @@ class Scheduler {
 
   // Introspection.
   const RequestState* Find(RequestId id) const;
+
+  // With async_predictions: snapshots of the requests whose prediction is due (taken once),
+  // and the results coming back, predicted[i * thresholds + k] for ids[i] as of its snapshot.
+  // Steps run since the snapshot are counted off; ids that finished meanwhile are ignored.
+  std::vector<RequestState> TakePredictionRequests();
+  void OnPredictions(std::span<const RequestId> ids, std::span<const double> predicted, Seconds now);
   size_t live() const { return requests_.size(); }
   size_t waiting() const { return waiting_.size(); }
   double MeanThreshold() const;  // over live requests: threshold of their next step
@@ -163,6 +172,7 @@ class Scheduler {
   std::set<OrderKey> waiting_;     // not placed on any instance
   SchedulerStats stats_;
   std::vector<const RequestState*> batch_states_;  // RefreshBatch scratch
+  std::vector<RequestState> pending_predictions_;   // async: due, not yet taken
   std::vector<double> batch_out_;
   Seconds last_load_control_ = -1e300;
   double newest_cap_ = 1.0;

@@ -429,6 +429,40 @@ TEST(SchedulerSloTest, OneBatchedPredictionPerStep) {
   EXPECT_DOUBLE_EQ(s.Find(0)->predicted[0], 16 * 7);
 }
 
+TEST(SchedulerSloTest, AsyncPredictionsGoOutAndComeBackWithStepsCountedOff) {
+  const LatencyProfile profile = LinearProfile();
+  CountingEstimator estimator;
+  PolicyOptions o = *PolicyOptions::Named("tediserve");
+  o.async_predictions = true;
+  auto made = Scheduler::Create(o, &profile, &estimator, {{0, 1}});
+  ASSERT_TRUE(made.ok());
+  Scheduler& s = **made;
+  std::vector<Launch> out;
+  for (RequestId id = 0; id < 2; ++id) s.OnArrival(Spec(id, 0, /*slo=*/10), 0, &out);
+  const int before = estimator.calls;
+  const StepOutcome o1[] = {Outcome(0, true), Outcome(1, true)};
+  s.OnStepDone(0, o1, 0.01, &out);
+  EXPECT_EQ(estimator.calls, before);  // nothing predicted on the scheduling thread
+  std::vector<RequestState> due = s.TakePredictionRequests();
+  ASSERT_EQ(due.size(), 2u);
+  EXPECT_EQ(due[0].block, 1);
+  EXPECT_TRUE(s.TakePredictionRequests().empty());  // taken once
+  EXPECT_TRUE(s.Find(0)->prediction_pending);
+  // Meanwhile request 0 runs one more step; the answer (as of the snapshot) is 50 steps.
+  const StepOutcome o2[] = {Outcome(0, false)};
+  s.OnStepDone(0, o2, 0.02, &out);
+  std::vector<double> pred(2 * o.thresholds.size(), 50.0);
+  const RequestId ids[] = {0, 1};
+  s.OnPredictions(ids, pred, 0.021);
+  EXPECT_DOUBLE_EQ(s.Find(0)->predicted[0], 49);
+  EXPECT_DOUBLE_EQ(s.Find(1)->predicted[0], 50);
+  EXPECT_FALSE(s.Find(0)->prediction_pending);
+  // Results for requests that left are ignored.
+  const RequestId gone[] = {77};
+  s.OnPredictions(gone, std::vector<double>(o.thresholds.size(), 3.0), 0.03);
+  EXPECT_EQ(s.Find(77), nullptr);
+}
+
 TEST_F(SchedulerTest, CapsLowerUnderOverload) {
   for (const char* policy : {"caps-only", "tediserve"}) {
     SCOPED_TRACE(policy);

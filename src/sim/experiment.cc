@@ -202,7 +202,7 @@ Status ParseModel(const YAML::Node& n, const std::string& base, RunConfig* rc) {
 Status ParsePolicy(const YAML::Node& n, const std::string& base, RunConfig* rc) {
   const std::string p = "policy";
   RETURN_IF_ERROR(CheckKeys(n, p, {"name", "thresholds", "fixed_threshold", "estimator", "oracle_refresh_tokens", "predictor",
-                                   "predictor_refresh_tokens",
+                                   "predictor_refresh_tokens", "predictor_async", "predictor_latency_s",
                                    "load_control_debounce_s", "capacity_slo_s", "capacity_concurrency", "llumnix_margin_tokens",
                                    "proteus_period_s", "proteus_headroom"}));
   ASSIGN_OR_RETURN(std::string name, Get<std::string>(n, p, "name", std::nullopt));
@@ -237,6 +237,10 @@ Status ParsePolicy(const YAML::Node& n, const std::string& base, RunConfig* rc) 
   ASSIGN_OR_RETURN(rc->sim.predictor_refresh_tokens, Get<int>(n, p, "predictor_refresh_tokens", -1));
   if (rc->sim.predictor_refresh_tokens < -1)
     return InvalidArgument("policy.predictor_refresh_tokens: must be >= 0 (or -1: the model's)");
+  ASSIGN_OR_RETURN(rc->sim.predictor_async, Get<bool>(n, p, "predictor_async", false));
+  ASSIGN_OR_RETURN(rc->sim.predictor_latency, Get<double>(n, p, "predictor_latency_s", 0.001));
+  if (!(rc->sim.predictor_latency >= 0) || rc->sim.predictor_latency > 10)
+    return InvalidArgument("policy.predictor_latency_s: must be in [0, 10] seconds");
   ASSIGN_OR_RETURN(o.load_control_debounce, Get<double>(n, p, "load_control_debounce_s", 1.0));
   if (o.load_control_debounce < 0) return InvalidArgument("policy.load_control_debounce_s: must be >= 0");
   ASSIGN_OR_RETURN(o.capacity_slo, Get<double>(n, p, "capacity_slo_s", 0.0));

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <cstdio>
 #include <memory>
 #include <queue>
 
+#include "predictor/prediction_worker.h"
 #include "predictor/step_predictor.h"
 
 namespace tediserve::sim {
@@ -45,7 +47,9 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
   }
 
   std::unique_ptr<policy::StepEstimator> estimator;
-  std::unique_ptr<predictor::StepPredictor> step_predictor;
+  std::unique_ptr<predictor::StepPredictor> step_predictor, worker_predictor;
+  std::unique_ptr<predictor::TrainedEstimator> worker_estimator;
+  std::unique_ptr<predictor::PredictionWorker> worker;  // declared last: joins first
   if (options.estimator == "oneshot") {
     if (options.tokens_per_step.size() != options.policy.thresholds.size()) {
       return InvalidArgument("the one-shot estimator needs tokens per step for every candidate threshold");
@@ -65,11 +69,37 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
     const int k = options.predictor_refresh_tokens >= 0 ? options.predictor_refresh_tokens : step_predictor->refresh_tokens();
     estimator = std::make_unique<predictor::TrainedEstimator>(
         step_predictor.get(), policy::OneShotEstimator(options.policy.thresholds, options.tokens_per_step), k);
+    if (options.predictor_async) {
+      // The worker thread gets its own copy of the model (a StepPredictor is not shared
+      // between threads); arrivals keep predicting inline on the first one.
+      auto q = predictor::StepPredictor::Load(options.predictor_model);
+      if (!q.ok()) return q.status().WithContext("policy.predictor");
+      worker_predictor = std::make_unique<predictor::StepPredictor>(std::move(*q));
+      worker_estimator = std::make_unique<predictor::TrainedEstimator>(
+          worker_predictor.get(), policy::OneShotEstimator(options.policy.thresholds, options.tokens_per_step), k);
+      worker = std::make_unique<predictor::PredictionWorker>(worker_estimator.get(), options.policy.thresholds);
+    }
   } else {
     return InvalidArgument("policy.estimator: unknown \"" + options.estimator + "\" (expected oneshot, oracle, predictor)");
   }
-  ASSIGN_OR_RETURN(auto scheduler, policy::Scheduler::Create(options.policy, &profile, estimator.get(),
+  policy::PolicyOptions policy_options = options.policy;
+  policy_options.async_predictions = worker != nullptr;
+  ASSIGN_OR_RETURN(auto scheduler, policy::Scheduler::Create(policy_options, &profile, estimator.get(),
                                                              options.instances));
+  // Async predictions: sent to the worker after each scheduler call, delivered to the
+  // scheduler predictor_latency later in virtual time (the result does not depend on how
+  // fast the thread really is, so runs stay deterministic).
+  struct PendingPrediction {
+    Seconds time;
+    uint64_t ticket;
+  };
+  std::deque<PendingPrediction> predictions;
+  auto send_predictions = [&](Seconds now) {
+    if (worker == nullptr) return;
+    std::vector<policy::RequestState> due = scheduler->TakePredictionRequests();
+    if (due.empty()) return;
+    predictions.push_back({now + options.predictor_latency, worker->Submit(std::move(due))});
+  };
   std::unordered_map<policy::InstanceId, int> tp_of;
   for (const auto& i : options.instances) tp_of[i.id] = i.tp;
 
@@ -118,7 +148,8 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
     // order at equal times).
     const Seconds t_step = heap.empty() ? 1e300 : heap.top().time;
     const Seconds t_arr = next_arrival < requests.size() ? requests[next_arrival].arrival : 1e300;
-    const Seconds t_min = std::min(t_step, t_arr);
+    const Seconds t_pred = predictions.empty() ? 1e300 : predictions.front().time;
+    const Seconds t_min = std::min({t_step, t_arr, t_pred});
     if (t_min == 1e300) return Internal("simulation stalled with " + std::to_string(requests.size() - num_finished) +
                                         " unfinished requests and nothing running");
     if (next_sample <= t_min) {
@@ -143,10 +174,19 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
       next_tick += options.tick;
       scheduler->OnTick(now, &launches);
       RETURN_IF_ERROR(start_launches(now));
+      send_predictions(now);
       ++result.events;
       continue;
     }
     ++result.events;
+    if (t_pred <= t_step && t_pred <= t_arr) {
+      now = t_pred;
+      predictor::PredictionWorker::Result r = worker->Wait(predictions.front().ticket);
+      predictions.pop_front();
+      scheduler->OnPredictions(r.ids, r.predicted, now);
+      RETURN_IF_ERROR(start_launches(now));
+      continue;
+    }
     if (t_step <= t_arr) {
       const StepDoneEvent ev = heap.top();
       heap.pop();
@@ -198,6 +238,7 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
       ++window_arrivals;
     }
     RETURN_IF_ERROR(start_launches(now));
+    send_predictions(now);
 
     if (options.progress && (result.events & 0xFFFF) == 0) {
       const auto w = std::chrono::steady_clock::now();
@@ -212,6 +253,7 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
   // Migrations of finished requests were counted by the scheduler; record totals.
   result.scheduler_stats = scheduler->stats();
   if (auto* t = dynamic_cast<predictor::TrainedEstimator*>(estimator.get())) result.predictor_fallbacks = t->fallbacks();
+  if (worker_estimator) result.predictor_fallbacks += worker_estimator->fallbacks();
   result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   return result;
 }

@@ -23,6 +23,8 @@ struct SimOptions {
   int oracle_refresh_tokens = 0;       // 0: refresh at block starts
   std::string predictor_model;         // the trained step predictor's file (estimator predictor)
   int predictor_refresh_tokens = -1;   // k; -1: the one recorded in the model file
+  bool predictor_async = false;        // refreshes on the predictor's own thread (slower to simulate)
+  policy::Seconds predictor_latency = 0.001;  // virtual time from a refresh to its result
   // Historical mean tokens per step at each candidate threshold (the one-shot estimate).
   std::vector<double> tokens_per_step;
   policy::Seconds tick = 0.25;              // housekeeping events (load control, Proteus)
