@@ -143,7 +143,8 @@ int RunTrainPredictor(const TrainPredictorArgs& a) {
                         {"mape_oneshot", r.mape_oneshot},     {"mape_progress", r.mape_progress},
                         {"mape_full", r.mape_full},           {"refresh_tokens", r.chosen_refresh_tokens},
                         {"train_seconds", r.train_seconds}};
-    for (const auto& p : r.refresh) j["refresh"].push_back({{"k", p.k}, {"mape", p.mape}, {"refreshes", p.refreshes_per_request}});
+    for (const auto& p : r.refresh) j["refresh"].push_back({{"k", p.k}, {"mape", p.mape}, {"refreshes", p.refreshes_per_request},
+                                       {"predict_us", p.predict_us_per_request}});
     std::ofstream f(a.json);
     if (!(f << j.dump(1) << '\n')) return ReportError(InvalidArgument("cannot write " + a.json));
   }

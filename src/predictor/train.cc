@@ -119,6 +119,19 @@ StatusOr<Trained> TrainPredictors(const std::vector<StepLogRow>& rows, const Tra
   for (size_t i = 0; i < test.size(); ++i) by_request[test[i]->state.spec.id].push_back(i);
   for (auto& [id, idx] : by_request)
     std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return test[a]->state.steps < test[b]->state.steps; });
+  // The cost of one refresh (one request, every threshold), measured on the held-out states.
+  {
+    std::vector<double> th(sums.size());
+    size_t j = 0;
+    for (auto it = sums.rbegin(); it != sums.rend(); ++it) th[j++] = it->first;
+    std::vector<const policy::RequestState*> states;
+    for (const StepLogRow* r : test) states.push_back(&r->state);
+    std::vector<double> out(states.size() * th.size());
+    const auto t1 = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(full.Predict(states, th, out));
+    rep.refresh_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t1).count() /
+                     std::max<size_t>(1, states.size());
+  }
   std::vector<int> ks = o.refresh_candidates;
   ks.push_back(0);
   for (int k : ks) {
@@ -140,7 +153,8 @@ StatusOr<Trained> TrainPredictors(const std::vector<StepLogRow>& rows, const Tra
         err += Ape(pred, r.remaining);
       }
     }
-    rep.refresh.push_back({k, err / n, refreshes / std::max<size_t>(1, by_request.size())});
+    const double per_request = refreshes / std::max<size_t>(1, by_request.size());
+    rep.refresh.push_back({k, err / n, per_request, per_request * rep.refresh_us});
   }
   const double base = rep.refresh.front().mape;  // k = refresh_candidates[0] (1)
   rep.chosen_refresh_tokens = rep.refresh.front().k;
@@ -174,10 +188,12 @@ std::string FormatReport(const TrainReport& r) {
                 100 * (r.mape_full / r.mape_oneshot - 1));
   s += buf;
   s += "\nrefresh granularity (full model; k tokens between refreshes, block = at block starts):\n";
-  s += "| k | MAPE | refreshes per request |\n|---|---|---|\n";
+  std::snprintf(buf, sizeof buf, "(one refresh of one request, all thresholds: %.2f us measured)\n", r.refresh_us);
+  s += buf;
+  s += "| k | MAPE | refreshes per request | predictor time per request (us) |\n|---|---|---|---|\n";
   for (const RefreshPoint& p : r.refresh) {
-    std::snprintf(buf, sizeof buf, "| %s | %.1f%% | %.1f |\n", p.k == 0 ? "block" : std::to_string(p.k).c_str(),
-                  100 * p.mape, p.refreshes_per_request);
+    std::snprintf(buf, sizeof buf, "| %s | %.1f%% | %.1f | %.1f |\n", p.k == 0 ? "block" : std::to_string(p.k).c_str(),
+                  100 * p.mape, p.refreshes_per_request, p.predict_us_per_request);
     s += buf;
   }
   std::snprintf(buf, sizeof buf, "chosen k = %d (the largest within 5%% of k = 1)\n", r.chosen_refresh_tokens);

@@ -27,6 +27,7 @@ struct RefreshPoint {
   int k = 0;              // tokens between refreshes (0: at block starts)
   double mape = 0;
   double refreshes_per_request = 0;
+  double predict_us_per_request = 0;  // refreshes x the measured cost of one refresh
 };
 
 struct TrainReport {
@@ -36,6 +37,7 @@ struct TrainReport {
   std::map<double, std::array<double, 3>> mape_by_threshold;  // oneshot, progress, full
   std::vector<RefreshPoint> refresh;               // full model
   int chosen_refresh_tokens = 0;
+  double refresh_us = 0;  // measured cost of one request's refresh (all thresholds), full model
   double train_seconds = 0;
 };
 
