@@ -107,16 +107,16 @@ int RunCollectSteps(const CollectStepsArgs& a) {
 int RunTrainPredictor(const TrainPredictorArgs& a) {
   std::vector<predictor::StepLogRow> rows;
   int64_t offset = 0;
-  for (const std::string& path : a.logs) {
-    auto r = predictor::ReadStepLog(path);
+  const int64_t num_logs = static_cast<int64_t>(a.logs.size());
+  for (int64_t li = 0; li < num_logs; ++li) {
+    auto r = predictor::ReadStepLog(a.logs[li]);
     if (!r.ok()) return ReportError(r.status());
-    // Problems of different logs are different problems.
+    // Problems and requests of different logs are different ones.
     int64_t top = 0;
     for (auto& row : *r) {
       top = std::max(top, row.problem + 1);
       row.problem += offset;
-      row.state.spec.id = row.state.spec.id * static_cast<int64_t>(a.logs.size()) +
-                          static_cast<int64_t>(&path - a.logs.data());
+      row.state.spec.id = row.state.spec.id * num_logs + li;
       rows.push_back(std::move(row));
     }
     offset += top;
