@@ -163,12 +163,16 @@ void Scheduler::RefreshBatch(std::span<RequestState* const> rs) {
   batch_out_.resize(rs.size() * n);
   estimator_->PredictBatch(batch_states_, options_.thresholds, batch_out_);
   for (size_t i = 0; i < rs.size(); ++i) {
-    RequestState& r = *rs[i];
-    for (size_t k = 0; k < n; ++k) r.predicted[k] = std::max<double>(batch_out_[i * n + k], r.MinRemainingSteps());
-    r.tokens_since_refresh = 0;
-    r.needs_prediction = false;
+    StorePrediction(*rs[i], std::span<const double>(batch_out_).subspan(i * n, n), 0);
+    rs[i]->tokens_since_refresh = 0;
   }
-  stats_.predictions += static_cast<int64_t>(rs.size());
+}
+
+void Scheduler::StorePrediction(RequestState& r, std::span<const double> predicted, int steps_since) {
+  for (size_t k = 0; k < predicted.size(); ++k)
+    r.predicted[k] = std::max<double>(predicted[k] - steps_since, r.MinRemainingSteps());
+  r.needs_prediction = false;
+  ++stats_.predictions;
 }
 
 std::vector<RequestState> Scheduler::TakePredictionRequests() {
@@ -184,11 +188,8 @@ void Scheduler::OnPredictions(std::span<const RequestId> ids, std::span<const do
     auto it = requests_.find(ids[i]);
     if (it == requests_.end()) continue;
     RequestState& r = it->second;
-    const int since = r.steps - r.prediction_steps;
-    for (size_t k = 0; k < n; ++k) r.predicted[k] = std::max<double>(predicted[i * n + k] - since, r.MinRemainingSteps());
+    StorePrediction(r, predicted.subspan(i * n, n), r.steps - r.prediction_steps);
     r.prediction_pending = false;
-    r.needs_prediction = false;
-    ++stats_.predictions;
     // A fresh prediction re-runs Algorithm 1 for the request's next step (DESIGN.md 3.1).
     if (!r.in_flight) ChooseThreshold(r, now);
   }
@@ -197,11 +198,10 @@ void Scheduler::OnPredictions(std::span<const RequestId> ids, std::span<const do
 
 void Scheduler::Refresh(RequestState& r) {
   const size_t n = options_.thresholds.size();
-  estimator_->Predict(r, options_.thresholds, std::span<double>(r.predicted.data(), n));
-  for (size_t k = 0; k < n; ++k) r.predicted[k] = std::max<double>(r.predicted[k], r.MinRemainingSteps());
+  std::array<double, kMaxThresholds> p{};
+  estimator_->Predict(r, options_.thresholds, std::span<double>(p.data(), n));
+  StorePrediction(r, std::span<const double>(p.data(), n), 0);
   r.tokens_since_refresh = 0;
-  r.needs_prediction = false;
-  ++stats_.predictions;
 }
 
 void Scheduler::SetQueuedTokens(RequestState& r, int tokens) {

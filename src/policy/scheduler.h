@@ -149,6 +149,8 @@ class Scheduler {
 
   void Refresh(RequestState& r);
   void RefreshBatch(std::span<RequestState* const> rs);
+  // predicted (one per candidate) as of `steps_since` steps ago, floored at the blocks left.
+  void StorePrediction(RequestState& r, std::span<const double> predicted, int steps_since);
   void Place(RequestState& r, Instance& inst);
   void Unplace(RequestState& r);
   void SetQueuedTokens(RequestState& r, int tokens);
