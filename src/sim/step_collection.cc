@@ -16,10 +16,10 @@ StatusOr<std::vector<predictor::StepLogRow>> CollectStepLog(DenoiserModel& model
   std::vector<predictor::StepLogRow> rows;
   for (size_t k = 0; k < thresholds.size(); ++k) {
     const double c = thresholds[k];
-    // Per request: its state and the index of its first row (remaining is filled at the end).
+    // Per request: its state and its rows (remaining is filled in when it finishes).
     struct Live {
       policy::RequestState state;
-      size_t first_row = 0;
+      std::vector<size_t> rows;
     };
     std::map<policy::RequestId, Live> live;
     std::map<policy::RequestId, size_t> order_index;
@@ -45,7 +45,7 @@ StatusOr<std::vector<predictor::StepLogRow>> CollectStepLog(DenoiserModel& model
       std::vector<DenoiseCommand> batch;
       for (policy::RequestId id : active) {
         Live& l = live.at(id);
-        if (l.state.steps == 0) l.first_row = rows.size();
+        l.rows.push_back(rows.size());
         rows.push_back({l.state, c, 0, static_cast<int64_t>(order_index.at(id))});
         batch.push_back({id, c});
       }
@@ -53,17 +53,17 @@ StatusOr<std::vector<predictor::StepLogRow>> CollectStepLog(DenoiserModel& model
       if (outs.size() != batch.size()) return Internal("collect: the model returned a wrong number of outcomes");
       std::vector<policy::RequestId> still;
       for (const policy::StepOutcome& o : outs) {
-        Live& l = live.at(o.id);
+        auto it = live.find(o.id);
+        if (it == live.end()) return Internal("collect: the model returned an outcome for unknown request " + std::to_string(o.id));
+        Live& l = it->second;
         if (o.unmasked <= 0 && !o.request_done) return Internal("collect: a step unmasked nothing");
         if (!l.state.Apply(o)) {
           still.push_back(o.id);
           continue;
         }
         model.Finish(o.id);
-        // Rows of this request are first_row.. in step order, interleaved with others: walk them.
-        const int total = l.state.steps;
-        for (size_t j = l.first_row; j < rows.size(); ++j)
-          if (rows[j].state.spec.id == o.id) rows[j].remaining = total - rows[j].state.steps;
+        for (size_t j : l.rows) rows[j].remaining = l.state.steps - rows[j].state.steps;
+        live.erase(it);
       }
       active = std::move(still);
     }
