@@ -91,6 +91,9 @@ TASK_SETS = {
     # Third stage, from arith8 (--init-from): a 7-digit prefix-sum chain is half the mix.
     "chain7a8": dict(add=3, sub=3, mul=1, sort=5, copy=4, psum=7,
                      weights=dict(add=0.15, sub=0.15, mul=0.05, sort=0.1, copy=0.05, psum=0.5)),
+    # From arith8 (--init-from): 6-digit additions, most with long carry chains.
+    "carry6": dict(add=6, sub=3, mul=1, sort=5, copy=4, carry_chain=0.7,
+                   weights=dict(add=0.5, sub=0.2, mul=0.1, sort=0.1, copy=0.1)),
     "chain6": dict(add=2, sub=3, mul=1, sort=5, copy=4, psum=6,
                    weights=dict(add=0.1, sub=0.1, mul=0.05, sort=0.1, copy=0.05, psum=0.6)),
 }
@@ -100,6 +103,13 @@ SIZES = TASK_SETS["small"]
 def task_add(rng):
     n = SIZES["add"]
     a, b = rng.randrange(10 ** n), rng.randrange(10 ** n)
+    if rng.random() < SIZES.get("carry_chain", 0.0):
+        # Long carry chains: most columns sum to 9, so a digit's carry depends on the first
+        # column below it that does not, possibly many positions away.
+        da = [rng.randrange(10) for _ in range(n)]
+        db = [9 - x if rng.random() < 0.7 else rng.randrange(10) for x in da]
+        a = int("".join(map(str, da)))
+        b = int("".join(map(str, db)))
     return f"{a:0{n}d}+{b:0{n}d}=", f"{a + b:0{n + 1}d}"
 
 
