@@ -349,7 +349,7 @@ def train(model, args, snapshot=None):
         ids, tgt, pad, weight = make_batch(rng, args.batch)
         logits = model(ids, pad)
         ce = F.cross_entropy(logits.view(-1, logits.shape[-1]), tgt.view(-1).clamp(min=0),
-                             reduction="none").view(tgt.shape)
+                             reduction="none", label_smoothing=args.label_smoothing).view(tgt.shape)
         loss = (ce * weight).sum() / ids.shape[0]
         opt.zero_grad()
         loss.backward()
@@ -590,6 +590,9 @@ def main():
     ap.add_argument("--block-size", type=int, default=BLOCK_SIZE,
                     help="decoding block recorded in config.json and used by the report")
     ap.add_argument("--resume", default="", help="start from this train_state.pt (a second stage)")
+    ap.add_argument("--label-smoothing", type=float, default=0.0,
+                    help="label smoothing of the loss: caps a token's confidence near 1 - eps, so the "
+                         "threshold separates tokens the model knows from tokens it guesses")
     ap.add_argument("--stop-after", type=int, default=0,
                     help="stop after this many steps of the --steps schedule (a reproducible snapshot)")
     ap.add_argument("--snapshot-every", type=int, default=0,
@@ -698,7 +701,8 @@ def main():
                 f"--task-set {args.task_set} --block-size {args.block_size}" +
                 (f" --resume {args.resume}" if args.resume else "") +
                 (f" --init-from {args.init_from}" if args.init_from else "") +
-                (f" --stop-after {args.stop_after}" if args.stop_after else "") + "\n```\n\n")
+                (f" --stop-after {args.stop_after}" if args.stop_after else "") +
+                (f" --label-smoothing {args.label_smoothing}" if args.label_smoothing else "") + "\n```\n\n")
         f.write(f"torch {torch.__version__}; tasks and weights: " +
                 ", ".join(f"{n} {w}" for n, _, w in TASKS) + "\n")
     print("wrote", args.out, args.fixtures)
