@@ -57,7 +57,7 @@ TEST(CalibrationTest, ShippedCalibrationsLoadAndInterpolate) {
   EXPECT_NEAR(llada->TokensPerStepAt(0.85), (3.02 + 3.89) / 2, 1e-12);
   auto tiny = LoadCalibration(kCalDir + "tiny-llada.json");
   ASSERT_TRUE(tiny.ok()) << tiny.status().ToString();
-  EXPECT_EQ(tiny->block_size, 4);
+  EXPECT_EQ(tiny->block_size, 8);
   for (size_t i = 0; i < tiny->thresholds.size(); ++i)
     EXPECT_NEAR(tiny->fitted_tokens_per_step[i] / tiny->tokens_per_step[i], 1, 0.03);
 }

@@ -54,10 +54,10 @@ TEST_F(TinyModelQuality, ThresholdTradesStepsForAccuracy) {
               high.accuracy, high.mean_steps, low.accuracy, low.mean_steps,
               100.0 * (1 - low.mean_steps / high.mean_steps));
   EXPECT_GE(high.accuracy, 0.90);
-  // The target is >= 30% fewer steps; this model gives about 16% (it is confident on
-  // its short answers), so the test guards what it does reach. See docs/STATUS.md.
-  EXPECT_LE(low.mean_steps, 0.90 * high.mean_steps);
-  EXPECT_LT(low.accuracy, high.accuracy - 0.01);  // and it costs accuracy
+  // At least 30% fewer steps (measured: 1.68 -> 1.03, -39%), and it costs accuracy
+  // (0.948 -> 0.915).
+  EXPECT_LE(low.mean_steps, 0.70 * high.mean_steps);
+  EXPECT_LT(low.accuracy, high.accuracy - 0.005);
 }
 
 TEST_F(TinyModelQuality, CacheKeepsTheAnswers) {
