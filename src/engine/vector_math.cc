@@ -1,5 +1,6 @@
 #include "engine/vector_math.h"
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -14,12 +15,15 @@ namespace tediserve::engine::vec {
 namespace {
 
 // exp(x) = 2^k * exp(r), k = round(x / ln2), |r| <= ln2/2; exp(r) by a degree-6 polynomial.
-// Branch-free so that the loops around it vectorise.
+// Branch-free so that the loops around it vectorise: plain ternaries (GCC turns them into
+// min/max/blend; std::fmin/fmax and a shared bool left "control flow in loop" and scalar code).
 inline float FastExp(float x) {
-  const bool underflow = x < -87.3f;  // below the normal range: 0, as the softmax wants
-  x = underflow ? -87.3f : (x > 88.3f ? 88.3f : x);
-  const float k = std::floor(x * 1.44269504088896341f + 0.5f);
-  float r = x - k * 0.693359375f;
+  float xc = x < -87.3f ? -87.3f : x;
+  xc = xc > 88.3f ? 88.3f : xc;
+  // Round to nearest by the 1.5 * 2^23 trick: plain arithmetic, where std::floor became a
+  // library call inside the target clones and kept the loop scalar.
+  const float k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = xc - k * 0.693359375f;
   r = r - k * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -28,19 +32,21 @@ inline float FastExp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return underflow ? 0.0f : p * scale;
+  const float e = p * std::bit_cast<float>((static_cast<int32_t>(k) + 127) << 23);
+  return x < -87.3f ? 0.0f : e;  // below the normal range: 0, as the softmax wants
 }
 
 }  // namespace
 
 TEDI_MULTIVERSION
 void Softmax(float* row, int n) {
+  // The reductions are declared (OpenMP SIMD pragmas, -fopenmp-simd) so that they vectorise:
+  // GCC otherwise keeps a float max/sum in order, and the loop around the exp with it.
   float m = row[0];
+#pragma omp simd reduction(max : m)
   for (int i = 1; i < n; ++i) m = row[i] > m ? row[i] : m;
   float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
   for (int i = 0; i < n; ++i) {
     row[i] = FastExp(row[i] - m);
     sum += row[i];
@@ -51,12 +57,14 @@ void Softmax(float* row, int n) {
 
 TEDI_MULTIVERSION
 void SiluMul(float* g, const float* u, int n) {
+#pragma omp simd
   for (int i = 0; i < n; ++i) g[i] = g[i] / (1.0f + FastExp(-g[i])) * u[i];
 }
 
 TEDI_MULTIVERSION
 void RmsNorm(const float* x, const float* w, int n, float eps, float* y) {
   float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
   for (int i = 0; i < n; ++i) ss += x[i] * x[i];
   const float inv = 1.0f / std::sqrt(ss / n + eps);
   for (int i = 0; i < n; ++i) y[i] = x[i] * inv * w[i];
