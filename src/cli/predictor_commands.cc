@@ -49,6 +49,7 @@ int RunCollectSteps(const CollectStepsArgs& a) {
   if (a.config.empty() == a.model_dir.empty()) return ReportError(InvalidArgument("collect-steps: give --config or --model"));
   std::unique_ptr<sim::DenoiserModel> owned;
   sim::DenoiserModel* model = nullptr;
+  sim::EngineDenoiser* engine = nullptr;  // the same object when the engine runs
   std::vector<policy::RequestSpec> specs;
   std::vector<double> thresholds = a.thresholds;
   sim::CollectionOptions o;
@@ -60,6 +61,7 @@ int RunCollectSteps(const CollectStepsArgs& a) {
     thresholds = m->thresholds;
     o.block_size = m->block_size;
     specs = m->requests;
+    engine = m->engine;
     if (m->engine != nullptr) {
       o.id_stride = m->engine->num_problems();
       if (static_cast<int>(specs.size()) > m->engine->num_problems()) specs.resize(m->engine->num_problems());
@@ -75,6 +77,7 @@ int RunCollectSteps(const CollectStepsArgs& a) {
     eo.block_size = a.block_size;
     auto e = sim::EngineDenoiser::Create(a.model_dir, eo);
     if (!e.ok()) return ReportError(e.status());
+    engine = e->get();
     o.block_size = (*e)->default_block_size();
     o.id_stride = (*e)->num_problems();
     for (int i = 0; i < std::min(a.requests, (*e)->num_problems()); ++i)
@@ -86,8 +89,7 @@ int RunCollectSteps(const CollectStepsArgs& a) {
   if (specs.empty()) return ReportError(InvalidArgument("collect-steps: the workload has no requests"));
   auto rows = sim::CollectStepLog(*model, specs, thresholds, o);
   if (!rows.ok()) return ReportError(rows.status());
-  if (auto* e = dynamic_cast<sim::EngineDenoiser*>(model); e != nullptr && !e->status().ok())
-    return ReportError(e->status().WithContext("engine"));
+  if (engine != nullptr && !engine->status().ok()) return ReportError(engine->status().WithContext("engine"));
   Status w = predictor::WriteStepLog(a.out, *rows);
   if (!w.ok()) return ReportError(w);
   std::map<double, std::pair<int, int>> per;  // c -> (requests, steps)

@@ -48,6 +48,7 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
 
   std::unique_ptr<policy::StepEstimator> estimator;
   std::unique_ptr<predictor::StepPredictor> step_predictor, worker_predictor;
+  predictor::TrainedEstimator* trained = nullptr;  // estimator, when it is the predictor
   std::unique_ptr<predictor::TrainedEstimator> worker_estimator;
   std::unique_ptr<predictor::PredictionWorker> worker;  // declared last: joins first
   if (options.estimator == "oneshot") {
@@ -67,8 +68,10 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
     if (!p.ok()) return p.status().WithContext("policy.predictor");
     step_predictor = std::make_unique<predictor::StepPredictor>(std::move(*p));
     const int k = options.predictor_refresh_tokens >= 0 ? options.predictor_refresh_tokens : step_predictor->refresh_tokens();
-    estimator = std::make_unique<predictor::TrainedEstimator>(
+    auto t = std::make_unique<predictor::TrainedEstimator>(
         step_predictor.get(), policy::OneShotEstimator(options.policy.thresholds, options.tokens_per_step), k);
+    trained = t.get();
+    estimator = std::move(t);
     if (options.predictor_async) {
       // The worker thread gets its own copy of the model (a StepPredictor is not shared
       // between threads); arrivals keep predicting inline on the first one.
@@ -252,7 +255,7 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
   }
   // Migrations of finished requests were counted by the scheduler; record totals.
   result.scheduler_stats = scheduler->stats();
-  if (auto* t = dynamic_cast<predictor::TrainedEstimator*>(estimator.get())) result.predictor_fallbacks = t->fallbacks();
+  if (trained != nullptr) result.predictor_fallbacks = trained->fallbacks();
   if (worker_estimator) result.predictor_fallbacks += worker_estimator->fallbacks();
   result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   return result;
