@@ -17,6 +17,11 @@ enum class StatusCode {
   kOutOfRange,       // e.g. a prompt longer than the model's context
   kUnimplemented,
   kInternal,
+  kAlreadyExists,      // e.g. a request or instance id that is already live
+  kUnavailable,        // a worker or instance that cannot take work now; retrying may help
+  kCancelled,          // the client (or an operator) cancelled the operation
+  kDeadlineExceeded,   // the operation's deadline passed before it finished
+  kResourceExhausted,  // a queue, memory or token budget is full
 };
 
 class Status {
@@ -48,8 +53,23 @@ inline Status FailedPrecondition(std::string m) { return {StatusCode::kFailedPre
 inline Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
 inline Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status AlreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
+inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
+inline Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
+inline Status DeadlineExceeded(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
+inline Status ResourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
 
 const char* StatusCodeName(StatusCode code);
+
+// The one mapping of codes to process exit codes and HTTP statuses (docs/design.md, "Errors").
+// Exit codes: 0 ok; 2 the input was bad (a flag, a config or model file, a trace: fix it and
+// rerun); 1 the run failed for another reason (cannot write, internal error, unavailable).
+int ExitCode(StatusCode code);
+inline int ExitCode(const Status& s) { return ExitCode(s.code()); }
+// HTTP: 400 invalid argument / out of range, 404 not found, 409 already exists, 412 failed
+// precondition, 429 resource exhausted, 499 cancelled (client closed request), 501
+// unimplemented, 503 unavailable, 504 deadline exceeded, 500 everything else.
+int HttpStatus(StatusCode code);
 
 // Either a value or a non-ok Status.
 template <typename T>

@@ -1,7 +1,10 @@
 // The policy core's view of one live request: spec, decoding progress as reported by steps,
-// placement, and the current step-count predictions. Owned by the Scheduler.
+// placement, and the current step-count predictions. Owned by the Scheduler; made by
+// MakeRequestState wherever a request starts (the scheduler, step collection), so training
+// and serving see the same initial state.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
@@ -30,6 +33,11 @@ struct RequestState {
   // Placement.
   InstanceId instance = -1;   // resident instance, -1 when waiting
   bool in_flight = false;     // part of a step that has not come back yet
+  int64_t batch = 0;          // the step batch it is in while in_flight (0: none)
+  // False once the KV cache the request had on an instance is gone (the instance failed or
+  // its step was lost): the next step must push the whole sequence (a recompute step).
+  bool kv_valid = true;
+  int failures = 0;           // its steps lost to failed batches or instances
   int migrations = 0;
   int queued_tokens = 0;      // this request's share of its instance's next batch
 
@@ -48,14 +56,15 @@ struct RequestState {
 
   // The next step pushes the whole sequence through the network (recompute) or only the
   // block (cache step).
-  bool NextIsRecompute() const { return !cache || steps_in_block == 0; }
+  bool NextIsRecompute() const { return !cache || steps_in_block == 0 || !kv_valid; }
   int NextStepTokens() const {
     return NextIsRecompute() ? spec.prompt_len + spec.output_len : block_size;
   }
   // R_r: recompute steps still to come (one per block not yet started; every step without
   // the cache is a recompute step, so then it is the step count itself and not known here).
+  // A lost cache adds one recompute step inside the current block.
   int RemainingRecomputeSteps() const {
-    return num_blocks - block - (steps_in_block > 0 ? 1 : 0);
+    return num_blocks - block - (steps_in_block > 0 && kv_valid ? 1 : 0);
   }
   // Lower bound on remaining steps: every unfinished block needs one more step at least.
   int MinRemainingSteps() const { return num_blocks - block; }
@@ -64,6 +73,7 @@ struct RequestState {
   bool Apply(const StepOutcome& o) {
     steps += 1;
     steps_in_block += 1;
+    kv_valid = true;  // whatever step ran, the instance now holds this request's KV cache
     unmasked += o.unmasked;
     unmasked_in_block += o.unmasked;
     features = o.features;
@@ -76,5 +86,18 @@ struct RequestState {
     return done;
   }
 };
+
+// The state of a request before its first step: blocks of `block_size` over its output (at
+// least one), decoding starting at `first_threshold`.
+inline RequestState MakeRequestState(const RequestSpec& spec, int block_size, bool cache, double first_threshold) {
+  RequestState r;
+  r.spec = spec;
+  r.deadline = spec.arrival + spec.slo;
+  r.block_size = block_size;
+  r.num_blocks = std::max(1, (spec.output_len + block_size - 1) / block_size);
+  r.cache = cache;
+  r.threshold = first_threshold;
+  return r;
+}
 
 }  // namespace tediserve::policy

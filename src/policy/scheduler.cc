@@ -1,62 +1,75 @@
+// The Scheduler's events and bookkeeping. Dispatch is in dispatch.cc, threshold choice and
+// load control in threshold_choice.cc.
 #include "policy/scheduler.h"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 
-#include "policy/threshold_controller.h"
-
 namespace tediserve::policy {
-namespace {
-
-uint64_t SplitMix64(uint64_t* state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
 
 StatusOr<PolicyOptions> PolicyOptions::Named(const std::string& name) {
-  PolicyOptions o;
-  o.name = name;
-  if (name == "tediserve") {
-    o.dispatch = DispatchKind::kStepLevel;
-    o.threshold = ThresholdKind::kSloAwareWithCaps;
-  } else if (name == "fixed") {
-    o.dispatch = DispatchKind::kStepLevel;
-    o.threshold = ThresholdKind::kFixed;
-  } else if (name == "slo-aware") {
-    o.dispatch = DispatchKind::kStepLevel;
-    o.threshold = ThresholdKind::kSloAware;
-  } else if (name == "caps-only") {
-    o.dispatch = DispatchKind::kStepLevel;
-    o.threshold = ThresholdKind::kCapsOnly;
-  } else if (name == "infaas") {
-    o.dispatch = DispatchKind::kLeastLoaded;
-    o.threshold = ThresholdKind::kFixed;
-  } else if (name == "llumnix") {
-    o.dispatch = DispatchKind::kLeastLoadedMigrate;
-    o.threshold = ThresholdKind::kFixed;
-  } else if (name == "proteus") {
-    o.dispatch = DispatchKind::kLeastLoaded;
-    o.threshold = ThresholdKind::kProteus;
-  } else {
-    std::string all;
-    for (const auto& n : Names()) all += (all.empty() ? "" : ", ") + n;
-    return InvalidArgument("unknown policy \"" + name + "\" (expected one of: " + all + ")");
+  struct Preset {
+    const char* name;
+    DispatchKind dispatch;
+    ThresholdKind threshold;
+  };
+  static constexpr Preset kPresets[] = {
+      {"tediserve", DispatchKind::kStepLevel, ThresholdKind::kSloAwareWithCaps},
+      {"fixed", DispatchKind::kStepLevel, ThresholdKind::kFixed},
+      {"slo-aware", DispatchKind::kStepLevel, ThresholdKind::kSloAware},
+      {"caps-only", DispatchKind::kStepLevel, ThresholdKind::kCapsOnly},
+      {"infaas", DispatchKind::kLeastLoaded, ThresholdKind::kFixed},
+      {"llumnix", DispatchKind::kLeastLoadedMigrate, ThresholdKind::kFixed},
+      {"proteus", DispatchKind::kLeastLoaded, ThresholdKind::kProteus},
+  };
+  for (const Preset& p : kPresets) {
+    if (name != p.name) continue;
+    PolicyOptions o;
+    o.name = name;
+    o.dispatch = p.dispatch;
+    o.threshold = p.threshold;
+    return o;
   }
-  return o;
+  std::string all;
+  for (const auto& n : Names()) all += (all.empty() ? "" : ", ") + n;
+  return InvalidArgument("unknown policy \"" + name + "\" (expected one of: " + all + ")");
 }
 
 std::vector<std::string> PolicyOptions::Names() {
   return {"tediserve", "fixed", "slo-aware", "caps-only", "infaas", "llumnix", "proteus"};
 }
 
+const char* EndKindName(EndKind k) {
+  switch (k) {
+    case EndKind::kCancelled: return "cancelled";
+    case EndKind::kRejected: return "rejected";
+    case EndKind::kAborted: return "aborted";
+  }
+  return "?";
+}
+
+namespace {
+
+ProteusMix::Options ProteusOptionsOf(const PolicyOptions& o) {
+  ProteusMix::Options p;
+  p.thresholds = o.thresholds;
+  p.tokens_per_step = o.tokens_per_step;
+  p.accuracy = o.accuracy;
+  p.period = o.proteus_period;
+  p.headroom = o.proteus_headroom;
+  p.smoothing = o.proteus_smoothing;
+  p.block_size = o.block_size;
+  p.cache = o.cache;
+  p.seed = o.seed;
+  return p;
+}
+
+}  // namespace
+
 Scheduler::Scheduler(PolicyOptions options, const LatencyProfile* profile, StepEstimator* estimator)
     : options_(std::move(options)), profile_(profile), estimator_(estimator),
-      rng_state_(options_.seed ^ 0x5DEECE66Dull) {}
+      proteus_(ProteusOptionsOf(options_)) {}
 
 StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(PolicyOptions options,
                                                        const LatencyProfile* profile,
@@ -75,32 +88,44 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(PolicyOptions options,
   }
   if (options.block_size <= 0) return InvalidArgument("block_size: must be > 0");
   if (options.token_budget <= 0) return InvalidArgument("cluster.token_budget: must be > 0");
+  if (options.max_live_requests < 0) return InvalidArgument("policy.max_live_requests: must be >= 0");
+  if (options.max_step_failures < 1) return InvalidArgument("policy.max_step_failures: must be >= 1");
   if (options.threshold == ThresholdKind::kProteus &&
       (options.tokens_per_step.size() != th.size() || options.accuracy.size() != th.size())) {
     return InvalidArgument("proteus needs tokens_per_step and accuracy for every candidate threshold");
   }
   if (profile == nullptr || estimator == nullptr) return InvalidArgument("scheduler needs a profile and an estimator");
-  if (instances.empty()) return InvalidArgument("cluster: no instances");
   std::unique_ptr<Scheduler> s(new Scheduler(std::move(options), profile, estimator));
-  for (const InstanceInfo& info : instances) {
-    if (!profile->HasTp(info.tp)) {
-      return InvalidArgument("cluster: TP degree " + std::to_string(info.tp) +
-                             " is not in the latency profile " + profile->source());
-    }
-    if (s->instance_index_.count(info.id)) {
-      return InvalidArgument("cluster: instance id " + std::to_string(info.id) + " appears twice");
-    }
-    Instance inst;
-    inst.info = info;
-    inst.tokens_per_second = profile->TokensPerSecond(info.tp, s->options_.token_budget);
-    s->instance_index_[info.id] = s->instances_.size();
-    s->instances_.push_back(std::move(inst));
-  }
-  s->proteus_mix_.assign(s->options_.thresholds.size(), 0.0);
-  s->proteus_mix_[0] = 1.0;
-  s->proteus_next_period_ = s->options_.proteus_period;
+  for (const InstanceInfo& info : instances) RETURN_IF_ERROR(s->AddInstance(info).WithContext("cluster"));
   s->newest_cap_ = s->options_.thresholds.front();
   return s;
+}
+
+Status Scheduler::AddInstance(const InstanceInfo& info) {
+  if (!profile_->HasTp(info.tp)) {
+    return InvalidArgument("TP degree " + std::to_string(info.tp) + " of instance " + std::to_string(info.id) +
+                           " is not in the latency profile " + profile_->source());
+  }
+  if (instance_index_.count(info.id)) {
+    return AlreadyExists("instance id " + std::to_string(info.id) + " is already in the cluster");
+  }
+  Instance inst;
+  inst.info = info;
+  inst.tokens_per_second = profile_->TokensPerSecond(info.tp, options_.token_budget);
+  instance_index_[info.id] = instances_.size();
+  instances_.push_back(std::move(inst));
+  return Status::Ok();
+}
+
+Scheduler::Instance* Scheduler::FindInstance(InstanceId id) {
+  auto it = instance_index_.find(id);
+  return it == instance_index_.end() ? nullptr : &instances_[it->second];
+}
+
+size_t Scheduler::accepting_instances() const {
+  size_t n = 0;
+  for (const Instance& i : instances_) n += i.accepting;
+  return n;
 }
 
 double Scheduler::CapacityTokensPerSecond(int tp) const {
@@ -120,6 +145,7 @@ double Scheduler::CapacityTokens(Seconds slo) const {
   std::map<int, double> tau_by_tp;
   double tau = 0;
   for (const Instance& i : instances_) {
+    if (!i.accepting) continue;
     auto it = tau_by_tp.find(i.info.tp);
     if (it == tau_by_tp.end()) it = tau_by_tp.emplace(i.info.tp, CapacityTokensPerSecond(i.info.tp)).first;
     tau += it->second;
@@ -145,6 +171,15 @@ double Scheduler::MeanCap() const {
   for (const auto& [id, r] : requests_) s += r.cap;
   return s / requests_.size();
 }
+
+Seconds Scheduler::NextWakeup() const {
+  Seconds t = kNever;
+  if (options_.threshold == ThresholdKind::kProteus) t = proteus_.next_period();
+  if (load_control_due_) t = std::min(t, last_load_control_ + options_.load_control_debounce);
+  return t;
+}
+
+// ---- Predictions. ---------------------------------------------------------------------------
 
 void Scheduler::RefreshBatch(std::span<RequestState* const> rs) {
   if (rs.empty()) return;
@@ -181,19 +216,24 @@ std::vector<RequestState> Scheduler::TakePredictionRequests() {
   return out;
 }
 
-void Scheduler::OnPredictions(std::span<const RequestId> ids, std::span<const double> predicted, Seconds now) {
+Status Scheduler::OnPredictions(std::span<const RequestId> ids, std::span<const double> predicted, Seconds now,
+                                Decisions* /*out*/) {
   const size_t n = options_.thresholds.size();
-  if (predicted.size() != ids.size() * n) return;
+  if (predicted.size() != ids.size() * n) {
+    return InvalidArgument("predictions: " + std::to_string(predicted.size()) + " values for " +
+                           std::to_string(ids.size()) + " requests x " + std::to_string(n) + " thresholds");
+  }
   for (size_t i = 0; i < ids.size(); ++i) {
     auto it = requests_.find(ids[i]);
-    if (it == requests_.end()) continue;
+    if (it == requests_.end()) continue;  // it left while its prediction ran
     RequestState& r = it->second;
     StorePrediction(r, predicted.subspan(i * n, n), r.steps - r.prediction_steps);
     r.prediction_pending = false;
-    // A fresh prediction re-runs Algorithm 1 for the request's next step (DESIGN.md 3.1).
+    // A fresh prediction re-runs Algorithm 1 for the request's next step (docs/design.md 3.1).
     if (!r.in_flight) ChooseThreshold(r, now);
   }
   MaybeLoadControl(now);
+  return Status::Ok();
 }
 
 void Scheduler::Refresh(RequestState& r) {
@@ -203,6 +243,8 @@ void Scheduler::Refresh(RequestState& r) {
   StorePrediction(r, std::span<const double>(p.data(), n), 0);
   r.tokens_since_refresh = 0;
 }
+
+// ---- Placement bookkeeping. -----------------------------------------------------------------
 
 void Scheduler::SetQueuedTokens(RequestState& r, int tokens) {
   if (r.instance >= 0) {
@@ -225,7 +267,7 @@ void Scheduler::Place(RequestState& r, Instance& inst) {
   r.queued_tokens = r.NextStepTokens();
   inst.next_tokens += r.queued_tokens;
   inst.load_tokens += r.spec.prompt_len + r.spec.output_len;
-  waiting_.erase({-r.spec.priority, r.spec.arrival, r.spec.id});
+  waiting_.erase(KeyOf(r));
 }
 
 void Scheduler::Unplace(RequestState& r) {
@@ -239,202 +281,165 @@ void Scheduler::Unplace(RequestState& r) {
   r.instance = -1;
 }
 
-// Algorithm 3's choice: among instances whose next batch still fits the token budget with r,
-// the one with the earliest completion of r's next step.
-Scheduler::Instance* Scheduler::BestStepLevel(const RequestState& r, Seconds now, Seconds* best_time) {
-  Instance* best = nullptr;
-  *best_time = 1e300;
-  const int tokens = r.NextStepTokens();
+void Scheduler::ReturnToWaiting(RequestState& r) {
+  Unplace(r);
+  waiting_.insert(KeyOf(r));
+}
+
+void Scheduler::Forget(RequestState& r) {
+  const RequestId id = r.spec.id;
+  Unplace(r);
+  order_.erase(KeyOf(r));
+  waiting_.erase(KeyOf(r));
+  requests_.erase(id);
+}
+
+void Scheduler::LoseBatch(Instance& inst, const std::string& why, Decisions* out) {
+  for (RequestId id : inst.batch_ids) {
+    auto it = requests_.find(id);
+    if (it == requests_.end()) continue;  // cancelled while in flight
+    RequestState& r = it->second;
+    r.in_flight = false;
+    r.batch = 0;
+    r.kv_valid = false;
+    ++r.failures;
+    ++stats_.lost_steps;
+    if (r.failures >= options_.max_step_failures) {
+      out->ended.push_back(EndOf(r, EndKind::kAborted, StatusCode::kUnavailable,
+                                 "its step was lost " + std::to_string(r.failures) + " times (last: " + why + ")"));
+      Forget(r);
+      continue;
+    }
+    SetQueuedTokens(r, r.NextStepTokens());
+  }
+  batches_.erase(inst.batch);
+  inst.batch = 0;
+  inst.batch_ids.clear();
+  inst.busy = false;
+}
+
+void Scheduler::ReportDrained(Decisions* out) {
   for (Instance& inst : instances_) {
-    const int64_t batch = inst.next_tokens - (r.instance == inst.info.id ? r.queued_tokens : 0) + tokens;
-    // An empty instance takes any request (a sequence longer than the budget still runs).
-    if (batch > options_.token_budget && batch != tokens) continue;
-    const Seconds t = std::max(0.0, inst.busy_until - now) + profile_->StepSeconds(inst.info.tp, batch);
-    if (t < *best_time) {
-      *best_time = t;
-      best = &inst;
-    }
-  }
-  ++stats_.dispatch_decisions;
-  return best;
-}
-
-Scheduler::Instance* Scheduler::LeastLoaded() {
-  Instance* best = nullptr;
-  double best_load = 1e300;
-  for (Instance& inst : instances_) {
-    const double load = inst.load_tokens / inst.tokens_per_second;
-    if (load < best_load) {
-      best_load = load;
-      best = &inst;
-    }
-  }
-  ++stats_.dispatch_decisions;
-  return best;
-}
-
-void Scheduler::ChooseThreshold(RequestState& r, Seconds now) {
-  const auto& th = options_.thresholds;
-  switch (options_.threshold) {
-    case ThresholdKind::kFixed: {
-      r.threshold = std::clamp(options_.fixed_threshold, r.spec.min_threshold, r.spec.max_threshold);
-      return;
-    }
-    case ThresholdKind::kProteus:
-      return;  // drawn at arrival, kept
-    case ThresholdKind::kCapsOnly: {
-      r.threshold = th[AllowedRange(r, th, r.cap).first];
-      return;
-    }
-    case ThresholdKind::kSloAware:
-    case ThresholdKind::kSloAwareWithCaps: {
-      const double cap = options_.threshold == ThresholdKind::kSloAware ? 1.0 : r.cap;
-      PlacementCost p;
-      if (r.instance >= 0) {
-        const Instance& inst = instances_[instance_index_.at(r.instance)];
-        const int64_t others = inst.next_tokens - r.queued_tokens;
-        p.wait = std::max(0.0, inst.busy_until - now);
-        p.recompute_step = profile_->StepSeconds(inst.info.tp, others + r.spec.prompt_len + r.spec.output_len);
-        p.cache_step = profile_->StepSeconds(inst.info.tp, others + r.block_size);
-      }
-      r.threshold = th[SelectThreshold(r, th, cap, now, p)];
-      ++stats_.threshold_selections;
-      return;
-    }
+    if (inst.accepting || inst.drained_reported || inst.busy || !inst.residents.empty()) continue;
+    inst.drained_reported = true;
+    out->drained.push_back(inst.info.id);
   }
 }
 
-void Scheduler::DispatchReady(const std::vector<RequestId>& ready, InstanceId from, Seconds now) {
-  Instance& src = instances_[instance_index_.at(from)];
-  for (RequestId id : ready) {
-    RequestState& r = requests_.at(id);
-    const bool may_move = !options_.cache || r.NextIsRecompute();
-    switch (options_.dispatch) {
-      case DispatchKind::kStepLevel: {
-        if (may_move) {
-          const int64_t stay_batch = src.next_tokens;
-          const Seconds stay = std::max(0.0, src.busy_until - now) + profile_->StepSeconds(src.info.tp, stay_batch);
-          Seconds t = 0;
-          Instance* best = BestStepLevel(r, now, &t);
-          if (best != nullptr && best != &src && t < stay * (1 - 1e-9)) Place(r, *best);
-        }
-        break;
-      }
-      case DispatchKind::kLeastLoaded:
-        break;
-      case DispatchKind::kLeastLoadedMigrate: {
-        if (may_move) {
-          Instance* dst = LeastLoaded();
-          const int64_t seq = r.spec.prompt_len + r.spec.output_len;
-          const int64_t gap = src.load_tokens - dst->load_tokens;
-          if (dst != &src && gap > options_.llumnix_margin_tokens && gap > seq) Place(r, *dst);
-        }
-        break;
-      }
-    }
-    ChooseThreshold(r, now);
-  }
-}
+// ---- Events. --------------------------------------------------------------------------------
 
-void Scheduler::DispatchWaiting(Seconds now) {
-  // FCFS with head-of-line blocking: stop at the first request that fits nowhere. That keeps
-  // a dispatch cycle O(placements) under overload and never starves a big request.
-  while (!waiting_.empty()) {
-    const RequestId id = std::get<2>(*waiting_.begin());
-    RequestState& r = requests_.at(id);
-    Seconds t = 0;
-    Instance* best = BestStepLevel(r, now, &t);
-    if (best == nullptr) break;
-    Place(r, *best);
-    ChooseThreshold(r, now);
+Status Scheduler::OnArrival(const RequestSpec& spec, Seconds now, Decisions* out) {
+  const std::string who = "request " + std::to_string(spec.id);
+  if (requests_.count(spec.id)) return AlreadyExists(who + ": the id is already live");
+  if (spec.prompt_len <= 0 || spec.output_len <= 0) {
+    return InvalidArgument(who + ": prompt and output lengths must be > 0 (got " + std::to_string(spec.prompt_len) +
+                           ", " + std::to_string(spec.output_len) + ")");
   }
-}
-
-void Scheduler::LaunchIdle(Seconds now, std::vector<Launch>* out) {
-  for (Instance& inst : instances_) {
-    if (inst.busy || inst.residents.empty()) continue;
-    Launch launch;
-    launch.instance = inst.info.id;
-    for (RequestId id : inst.residents) {
-      RequestState& r = requests_.at(id);
-      const int tokens = r.NextStepTokens();
-      // The token budget caps the batch; who does not fit waits for the next step here.
-      if (!launch.batch.empty() && launch.tokens + tokens > options_.token_budget) continue;
-      launch.batch.push_back({id, r.threshold, r.NextIsRecompute()});
-      launch.tokens += tokens;
-      r.in_flight = true;
-    }
-    inst.busy = true;
-    inst.busy_until = now + profile_->StepSeconds(inst.info.tp, launch.tokens);
-    out->push_back(std::move(launch));
+  if (!(spec.slo > 0) || !std::isfinite(spec.slo)) return InvalidArgument(who + ": slo must be > 0 seconds");
+  if (!std::isfinite(spec.arrival)) return InvalidArgument(who + ": arrival time is not finite");
+  if (options_.cache && spec.output_len % options_.block_size != 0) {
+    return InvalidArgument(who + ": output length " + std::to_string(spec.output_len) +
+                           " is not a multiple of the block size " + std::to_string(options_.block_size));
   }
-}
-
-void Scheduler::OnArrival(const RequestSpec& spec, Seconds now, std::vector<Launch>* out) {
-  RequestState r;
-  r.spec = spec;
+  if (options_.max_live_requests > 0 && requests_.size() >= static_cast<size_t>(options_.max_live_requests)) {
+    EndedRequest e;
+    e.id = spec.id;
+    e.kind = EndKind::kRejected;
+    e.code = StatusCode::kResourceExhausted;
+    e.reason = "the server holds its limit of " + std::to_string(options_.max_live_requests) + " live requests";
+    out->ended.push_back(std::move(e));
+    return Status::Ok();
+  }
+  RequestSpec clean = spec;
   // Per-request bounds from outside are sanitised here so every later clamp is well-defined.
-  r.spec.min_threshold = std::clamp(spec.min_threshold, 0.0, 1.0);
-  r.spec.max_threshold = std::clamp(spec.max_threshold, r.spec.min_threshold, 1.0);
-  r.deadline = spec.arrival + spec.slo;
-  r.block_size = options_.block_size;
-  r.num_blocks = std::max(1, (spec.output_len + options_.block_size - 1) / options_.block_size);
-  r.cache = options_.cache;
-  r.threshold = options_.thresholds.front();
+  clean.min_threshold = std::clamp(std::isnan(spec.min_threshold) ? 0.0 : spec.min_threshold, 0.0, 1.0);
+  clean.max_threshold = std::clamp(std::isnan(spec.max_threshold) ? 1.0 : spec.max_threshold, clean.min_threshold, 1.0);
+  RequestState& rs = requests_.emplace(spec.id, MakeRequestState(clean, options_.block_size, options_.cache,
+                                                                 options_.thresholds.front()))
+                         .first->second;
   // Until the next load-control pass, a newcomer gets the cap of the newest request of the
   // last pass: Algorithm 2 lowers the newest first, so that is the cap it would likely get.
-  r.cap = newest_cap_;
-  auto [it, inserted] = requests_.emplace(spec.id, r);
-  if (!inserted) return;  // a duplicate id is the driver's bug; the first one stands
+  rs.cap = newest_cap_;
   seq_sum_ += spec.prompt_len + spec.output_len;
   ++arrivals_;
-  RequestState& rs = it->second;
   Refresh(rs);
-  const OrderKey key{-spec.priority, spec.arrival, spec.id};
+  const OrderKey key = KeyOf(rs);
   order_.insert(key);
 
   if (options_.threshold == ThresholdKind::kProteus) {
-    ProteusPeriod(now);
-    ++proteus_arrivals_;
-    const double seq = spec.prompt_len + spec.output_len;
-    for (size_t k = 0; k < options_.thresholds.size(); ++k) {
-      const double steps = spec.output_len / options_.tokens_per_step[k];
-      proteus_work_sum_[k] += options_.cache
-          ? rs.num_blocks * seq + std::max(0.0, steps - rs.num_blocks) * options_.block_size
-          : steps * seq;
-    }
-    rs.threshold = std::clamp(DrawProteusThreshold(), spec.min_threshold, spec.max_threshold);
+    AdvanceProteus(now);
+    rs.threshold = proteus_.OnArrival(rs.spec, rs.num_blocks, rs.spec.min_threshold, rs.spec.max_threshold);
   }
   MaybeLoadControl(now);
   if (options_.dispatch == DispatchKind::kStepLevel) {
     waiting_.insert(key);
     DispatchWaiting(now);
-  } else {
-    Place(rs, *LeastLoaded());
+  } else if (Instance* dst = LeastLoaded()) {
+    Place(rs, *dst);
     ChooseThreshold(rs, now);
+  } else {
+    waiting_.insert(key);  // no instance takes work now; placed when one does
   }
   LaunchIdle(now, out);
+  return Status::Ok();
 }
 
-void Scheduler::OnStepDone(InstanceId instance, std::span<const StepOutcome> outcomes, Seconds now,
-                           std::vector<Launch>* out) {
-  auto idx = instance_index_.find(instance);
-  if (idx == instance_index_.end()) return;
-  Instance& inst = instances_[idx->second];
+Status Scheduler::OnBatchDone(BatchId batch, std::span<const StepOutcome> outcomes, Seconds now, Decisions* out) {
+  auto bit = batches_.find(batch);
+  if (bit == batches_.end()) {
+    if (batch > 0 && batch < next_batch_) {
+      return FailedPrecondition("step batch " + std::to_string(batch) +
+                                " is not in flight (it already came back, failed, or was lost with its instance)");
+    }
+    return InvalidArgument("step batch " + std::to_string(batch) + " was never launched");
+  }
+  Instance& inst = instances_[instance_index_.at(bit->second)];
+  // The result must name each request of the batch at most once, and every one still live.
+  size_t live_in_batch = 0;
+  for (RequestId id : inst.batch_ids) live_in_batch += requests_.count(id);
+  size_t matched = 0;
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    const StepOutcome& o = outcomes[i];
+    if (std::find(inst.batch_ids.begin(), inst.batch_ids.end(), o.id) == inst.batch_ids.end()) {
+      return InvalidArgument("step batch " + std::to_string(batch) + ": request " + std::to_string(o.id) +
+                             " is not in the batch");
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (outcomes[j].id == o.id) {
+        return InvalidArgument("step batch " + std::to_string(batch) + ": request " + std::to_string(o.id) +
+                               " is reported twice");
+      }
+    }
+    if (o.unmasked < 0) {
+      return InvalidArgument("step batch " + std::to_string(batch) + ": request " + std::to_string(o.id) +
+                             " unmasked a negative number of tokens");
+    }
+    matched += requests_.count(o.id);
+  }
+  if (matched != live_in_batch) {
+    return InvalidArgument("step batch " + std::to_string(batch) + ": the result covers " + std::to_string(matched) +
+                           " of its " + std::to_string(live_in_batch) + " live requests");
+  }
+
+  const InstanceId instance = inst.info.id;
+  batches_.erase(bit);
+  inst.batch = 0;
+  inst.batch_ids.clear();
   inst.busy = false;
-  inst.busy_until = now;
-  std::vector<RequestId> ready;
-  ready.reserve(outcomes.size());
-  std::vector<RequestState*> to_refresh;  // one batched prediction for the whole step
+  inst.busy_until = now;  // the truth replaces the prediction
+  std::vector<RequestId>& ready = ready_scratch_;
+  ready.clear();
+  std::vector<RequestState*>& to_refresh = refresh_scratch_;  // one batched prediction for the step
+  to_refresh.clear();
   for (const StepOutcome& o : outcomes) {
     auto it = requests_.find(o.id);
-    if (it == requests_.end()) continue;
+    if (it == requests_.end()) continue;  // cancelled while in flight
     RequestState& r = it->second;
     r.in_flight = false;
+    r.batch = 0;
     if (r.Apply(o)) {
-      Unplace(r);
-      order_.erase({-r.spec.priority, r.spec.arrival, r.spec.id});
-      requests_.erase(it);
+      out->finished.push_back({r.spec, now, r.steps, r.migrations, r.failures});
+      Forget(r);
       continue;
     }
     // Between refreshes a step counts one step off every prediction.
@@ -452,92 +457,127 @@ void Scheduler::OnStepDone(InstanceId instance, std::span<const StepOutcome> out
   RefreshBatch(to_refresh);
   MaybeLoadControl(now);
   DispatchReady(ready, instance, now);
-  if (options_.dispatch == DispatchKind::kStepLevel) DispatchWaiting(now);
+  DispatchWaiting(now);
   LaunchIdle(now, out);
+  ReportDrained(out);
+  return Status::Ok();
 }
 
-void Scheduler::OnTick(Seconds now, std::vector<Launch>* out) {
-  if (options_.threshold == ThresholdKind::kProteus) ProteusPeriod(now);
+Status Scheduler::OnBatchFailed(BatchId batch, Seconds now, Decisions* out) {
+  auto bit = batches_.find(batch);
+  if (bit == batches_.end()) {
+    return (batch > 0 && batch < next_batch_)
+               ? FailedPrecondition("step batch " + std::to_string(batch) + " is not in flight")
+               : InvalidArgument("step batch " + std::to_string(batch) + " was never launched");
+  }
+  Instance& inst = instances_[instance_index_.at(bit->second)];
+  const InstanceId instance = inst.info.id;
+  std::vector<RequestId> ready;
+  for (RequestId id : inst.batch_ids) {
+    if (requests_.count(id)) ready.push_back(id);
+  }
+  LoseBatch(inst, "step batch " + std::to_string(batch) + " failed on instance " + std::to_string(instance), out);
+  inst.busy_until = now;
+  // The survivors stay resident; their next step recomputes, so they may move.
+  std::erase_if(ready, [&](RequestId id) { return requests_.count(id) == 0; });
+  DispatchReady(ready, instance, now);
+  DispatchWaiting(now);
+  LaunchIdle(now, out);
+  ReportDrained(out);
+  return Status::Ok();
+}
+
+Status Scheduler::OnInstanceAdded(const InstanceInfo& info, Seconds now, Decisions* out) {
+  RETURN_IF_ERROR(AddInstance(info));
+  DispatchWaiting(now);
+  LaunchIdle(now, out);
+  return Status::Ok();
+}
+
+Status Scheduler::OnInstanceDraining(InstanceId id, Seconds now, Decisions* out) {
+  Instance* inst = FindInstance(id);
+  if (inst == nullptr) return NotFound("instance " + std::to_string(id) + " is not in the cluster");
+  if (!inst->accepting) return Status::Ok();  // already draining
+  inst->accepting = false;
+  // Residents at a block boundary leave now; the others after their block.
+  std::vector<RequestId> leave;
+  for (RequestId rid : inst->residents) {
+    const RequestState& r = requests_.at(rid);
+    if (!r.in_flight && r.NextIsRecompute()) leave.push_back(rid);
+  }
+  for (RequestId rid : leave) ReturnToWaiting(requests_.at(rid));
+  DispatchWaiting(now);
+  LaunchIdle(now, out);
+  ReportDrained(out);
+  return Status::Ok();
+}
+
+Status Scheduler::OnInstanceRemoved(InstanceId id, Seconds now, Decisions* out) {
+  Instance* inst = FindInstance(id);
+  if (inst == nullptr) return NotFound("instance " + std::to_string(id) + " is not in the cluster");
+  if (inst->busy) LoseBatch(*inst, "instance " + std::to_string(id) + " went away", out);
+  // Its KV caches are gone with it: every resident recomputes wherever it runs next.
+  const std::vector<RequestId> residents = inst->residents;
+  for (RequestId rid : residents) {
+    RequestState& r = requests_.at(rid);
+    r.kv_valid = false;
+    ReturnToWaiting(r);
+  }
+  const size_t index = instance_index_.at(id);
+  instances_.erase(instances_.begin() + static_cast<std::ptrdiff_t>(index));
+  instance_index_.erase(id);
+  for (size_t i = index; i < instances_.size(); ++i) instance_index_[instances_[i].info.id] = i;
+  DispatchWaiting(now);
+  LaunchIdle(now, out);
+  ReportDrained(out);
+  return Status::Ok();
+}
+
+Status Scheduler::OnCancel(RequestId id, Seconds now, Decisions* out) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) {
+    return NotFound("request " + std::to_string(id) + " is not live (it finished, ended or never arrived)");
+  }
+  out->ended.push_back(EndOf(it->second, EndKind::kCancelled, StatusCode::kCancelled, "cancelled by the client"));
+  Forget(it->second);
+  DispatchWaiting(now);
+  LaunchIdle(now, out);
+  ReportDrained(out);
+  return Status::Ok();
+}
+
+Status Scheduler::OnAbort(RequestId id, const std::string& reason, Seconds now, Decisions* out) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) {
+    return NotFound("request " + std::to_string(id) + " is not live (it finished, ended or never arrived)");
+  }
+  out->ended.push_back(EndOf(it->second, EndKind::kAborted, StatusCode::kUnavailable, reason));
+  Forget(it->second);
+  DispatchWaiting(now);
+  LaunchIdle(now, out);
+  ReportDrained(out);
+  return Status::Ok();
+}
+
+BatchId Scheduler::InFlightBatch(InstanceId id) const {
+  auto it = instance_index_.find(id);
+  return it == instance_index_.end() ? 0 : instances_[it->second].batch;
+}
+
+std::vector<RequestId> Scheduler::LiveIds() const {
+  std::vector<RequestId> ids;
+  ids.reserve(requests_.size());
+  for (const auto& [id, r] : requests_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+Status Scheduler::OnTick(Seconds now, Decisions* out) {
+  if (options_.threshold == ThresholdKind::kProteus) AdvanceProteus(now);
   MaybeLoadControl(now);
-  if (options_.dispatch == DispatchKind::kStepLevel) DispatchWaiting(now);
+  DispatchWaiting(now);
   LaunchIdle(now, out);
-}
-
-void Scheduler::MaybeLoadControl(Seconds now) {
-  if (options_.threshold != ThresholdKind::kSloAwareWithCaps && options_.threshold != ThresholdKind::kCapsOnly) return;
-  if (now - last_load_control_ < options_.load_control_debounce) return;
-  RunLoadControl(now);
-}
-
-void Scheduler::RunLoadControl(Seconds now) {
-  last_load_control_ = now;
-  ++stats_.load_control_runs;
-  std::vector<RequestState*> ordered;
-  ordered.reserve(order_.size());
-  double slo_sum = 0;
-  for (const OrderKey& key : order_) {
-    RequestState& r = requests_.at(std::get<2>(key));
-    ordered.push_back(&r);
-    slo_sum += r.spec.slo;
-  }
-  if (ordered.empty()) return;
-  const double slo = options_.capacity_slo > 0 ? options_.capacity_slo : slo_sum / ordered.size();
-  ComputeCaps(ordered, options_.thresholds, CapacityTokens(slo));
-  newest_cap_ = ordered.back()->cap;
-}
-
-void Scheduler::ProteusPeriod(Seconds now) {
-  while (now >= proteus_next_period_) {
-    const double rate = proteus_arrivals_ / options_.proteus_period;
-    proteus_rate_ = proteus_rate_ < 0 ? rate
-                                      : options_.proteus_smoothing * rate + (1 - options_.proteus_smoothing) * proteus_rate_;
-    const size_t n = options_.thresholds.size();
-    std::vector<double> work(n, 0.0);
-    for (size_t k = 0; k < n; ++k) work[k] = proteus_arrivals_ > 0 ? proteus_work_sum_[k] / proteus_arrivals_ : 0;
-    // Maximise mean accuracy subject to rate x mean work <= capacity / headroom: with one
-    // budget constraint the optimum mixes at most two thresholds, found along the list.
-    double capacity = 0;
-    for (const Instance& i : instances_) capacity += i.tokens_per_second;
-    const double budget = capacity / options_.proteus_headroom;
-    std::vector<double> mix(n, 0.0);
-    if (proteus_arrivals_ == 0 || proteus_rate_ * work[0] <= budget) {
-      mix[0] = 1;
-    } else if (proteus_rate_ * work[n - 1] >= budget) {
-      mix[n - 1] = 1;
-    } else {
-      // The best pair (i < j) with work[i] >= target >= work[j] mixing to exactly the budget.
-      const double target = budget / proteus_rate_;
-      double best_acc = -1;
-      for (size_t i = 0; i < n; ++i) {
-        for (size_t j = i + 1; j < n; ++j) {
-          if (!(work[i] >= target && work[j] <= target) || work[i] == work[j]) continue;
-          const double f = (target - work[j]) / (work[i] - work[j]);  // share of i
-          const double acc = f * options_.accuracy[i] + (1 - f) * options_.accuracy[j];
-          if (acc > best_acc) {
-            best_acc = acc;
-            std::fill(mix.begin(), mix.end(), 0.0);
-            mix[i] = f;
-            mix[j] = 1 - f;
-          }
-        }
-      }
-      if (best_acc < 0) mix[n - 1] = 1;
-    }
-    proteus_mix_ = mix;
-    proteus_arrivals_ = 0;
-    std::fill(std::begin(proteus_work_sum_), std::end(proteus_work_sum_), 0.0);
-    proteus_next_period_ += options_.proteus_period;
-  }
-}
-
-double Scheduler::DrawProteusThreshold() {
-  const double u = (SplitMix64(&rng_state_) >> 11) * (1.0 / 9007199254740992.0);
-  double acc = 0;
-  for (size_t k = 0; k < proteus_mix_.size(); ++k) {
-    acc += proteus_mix_[k];
-    if (u < acc) return options_.thresholds[k];
-  }
-  return options_.thresholds.back();
+  return Status::Ok();
 }
 
 }  // namespace tediserve::policy

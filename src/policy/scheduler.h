@@ -1,12 +1,28 @@
 // The policy core: owns the canonical state of every live request and the scheduler's view of
-// the instances, answers events with step launches. Pure: no I/O, time only from the caller,
-// deterministic for a seed. The simulator and the runtime drive the same class
-// (DESIGN.md section 1). Algorithms: dispatch and migration (Alg 3), SLO-aware thresholds
-// (Alg 1), load control (Alg 2), and the baselines of DESIGN.md 3.5 behind the same events.
+// the instances, and answers the events a cluster sends with decisions. Pure: no I/O, time
+// only from the caller, deterministic for a seed. The simulator and the runtime drive the same
+// class through the host layer (src/host/, docs/design.md section 1). Algorithms: dispatch and
+// migration (Algorithm 3), SLO-aware thresholds (Algorithm 1), load control (Algorithm 2), and
+// the baselines of docs/design.md section 3.5 behind the same events.
+//
+// Thread contract: one loop thread owns a Scheduler and calls every method; nothing blocks
+// and nothing calls back. Work done elsewhere (steps on workers, predictions on the
+// prediction thread) comes back as events on that thread. Between events the core needs a
+// tick only at NextWakeup().
+//
+// Events return a Status: a bad event (an unknown instance or batch, a duplicate request id,
+// a result that does not match its batch, a prediction of the wrong size) is an error with a
+// message and changes nothing. Each event appends what the driver must do to `Decisions`.
+//
+// Files: scheduler.cc (events, bookkeeping, load control), dispatch.cc (Algorithm 3, INFaaS,
+// Llumnix), threshold_choice.cc (which threshold a request's next step uses), proteus.* (the
+// Proteus baseline's mix).
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -16,10 +32,14 @@
 
 #include "common/status.h"
 #include "policy/latency_profile.h"
+#include "policy/proteus.h"
 #include "policy/request_state.h"
 #include "policy/step_estimator.h"
 
 namespace tediserve::policy {
+
+using BatchId = int64_t;  // 1, 2, 3, ... in launch order; 0 = none
+inline constexpr Seconds kNever = std::numeric_limits<double>::infinity();
 
 enum class DispatchKind {
   kStepLevel,           // Algorithm 3: every step to the instance that finishes it soonest
@@ -61,6 +81,12 @@ struct PolicyOptions {
   Seconds proteus_period = 10;
   double proteus_headroom = 1.05;      // capacity >= headroom x demand
   double proteus_smoothing = 0.5;      // weight of the newest period's arrival rate
+  // Admission: at most this many live requests (0: no limit); an arrival over it is
+  // rejected (reported in Decisions::ended with kResourceExhausted).
+  int max_live_requests = 0;
+  // A request whose steps were lost this many times (failed batches or instances) is
+  // aborted with a reason instead of being retried again.
+  int max_step_failures = 3;
   uint64_t seed = 1;
 
   // Presets: tediserve, fixed, slo-aware, caps-only, infaas, llumnix, proteus.
@@ -68,22 +94,71 @@ struct PolicyOptions {
   static std::vector<std::string> Names();
 };
 
+// An instance (model replica) as the driver reports it.
 struct InstanceInfo {
+  InstanceInfo() = default;
+  InstanceInfo(InstanceId id_, int tp_, int node_ = 0, std::vector<int> devices_ = {})
+      : id(id_), tp(tp_), node(node_), devices(std::move(devices_)) {}
   InstanceId id = 0;
-  int tp = 1;
+  int tp = 1;                // tensor-parallel degree
+  int node = 0;              // the node (machine) it runs on
+  std::vector<int> devices;  // its devices on that node (GPUs; cores on CPU); may be empty
 };
 
 struct StepCommand {
   RequestId id = 0;
   double threshold = 0.9;
-  bool recompute = true;
+  bool recompute = true;  // push the whole sequence (rebuilds the KV cache) or only the block
 };
 
-// One step to run now on one instance over the given batch.
-struct Launch {
+// One denoising step to run now on one instance over a batch of requests. (A step batch:
+// not to be confused with launching an instance, which is the reconfigurator's business.)
+struct StepBatch {
+  BatchId id = 0;
   InstanceId instance = 0;
-  int tokens = 0;
-  std::vector<StepCommand> batch;
+  int tokens = 0;                 // tokens pushed through the network
+  Seconds expected_seconds = 0;   // the latency profile's prediction of its duration
+  std::vector<StepCommand> commands;
+};
+
+// A request that completed: the core's record of it.
+struct FinishedRequest {
+  RequestSpec spec;
+  Seconds finish = 0;
+  int steps = 0;
+  int migrations = 0;
+  int failures = 0;  // steps lost to failures and rerun
+};
+
+enum class EndKind {
+  kCancelled,  // the client cancelled it
+  kRejected,   // refused at arrival (admission limit)
+  kAborted,    // given up while live (its steps failed too often)
+};
+const char* EndKindName(EndKind k);
+
+// A request that left without completing, and why.
+struct EndedRequest {
+  RequestId id = 0;
+  EndKind kind = EndKind::kAborted;
+  StatusCode code = StatusCode::kOk;  // kCancelled, kResourceExhausted, kUnavailable, ...
+  std::string reason;
+  int steps = 0, migrations = 0, failures = 0;  // what it had done
+};
+
+// What the driver must do after an event. Every event appends; the driver clears.
+struct Decisions {
+  std::vector<StepBatch> batches;          // step batches to run now
+  std::vector<FinishedRequest> finished;   // requests that completed
+  std::vector<EndedRequest> ended;         // requests cancelled, rejected or aborted
+  std::vector<InstanceId> drained;         // draining instances now idle and empty: safe to stop
+  void clear() {
+    batches.clear();
+    finished.clear();
+    ended.clear();
+    drained.clear();
+  }
+  bool empty() const { return batches.empty() && finished.empty() && ended.empty() && drained.empty(); }
 };
 
 struct SchedulerStats {
@@ -92,43 +167,74 @@ struct SchedulerStats {
   int64_t load_control_runs = 0;
   int64_t threshold_selections = 0;
   int64_t predictions = 0;
+  int64_t lost_steps = 0;  // request steps lost to failed batches and instances
 };
 
 class Scheduler {
  public:
+  // `instances` may be empty (a runtime whose workers have not joined yet).
   static StatusOr<std::unique_ptr<Scheduler>> Create(PolicyOptions options,
                                                      const LatencyProfile* profile,
                                                      StepEstimator* estimator,
                                                      std::vector<InstanceInfo> instances);
 
-  // Events. Each appends the steps to launch now to `out`.
-  void OnArrival(const RequestSpec& spec, Seconds now, std::vector<Launch>* out);
-  // The step last launched on `instance` came back. Requests reported done leave.
-  void OnStepDone(InstanceId instance, std::span<const StepOutcome> outcomes, Seconds now,
-                  std::vector<Launch>* out);
+  // ---- Events. ----
+  // A request arrives. Errors: a duplicate live id, lengths <= 0, slo <= 0, an output length
+  // that is not a multiple of the block size when caching.
+  Status OnArrival(const RequestSpec& spec, Seconds now, Decisions* out);
+  // A step batch came back: one outcome per request of the batch (requests cancelled since
+  // the launch may be left out). Errors: a batch never launched; a batch no longer in flight
+  // (already done, failed or lost with its instance); outcomes that do not match the batch.
+  Status OnBatchDone(BatchId batch, std::span<const StepOutcome> outcomes, Seconds now, Decisions* out);
+  // A step batch failed on a live instance: nothing it did counts; its requests keep their
+  // place but their KV cache is gone (next step recomputes).
+  Status OnBatchFailed(BatchId batch, Seconds now, Decisions* out);
+  // A new instance takes work from now on. Errors: a live id, a TP degree the profile lacks.
+  Status OnInstanceAdded(const InstanceInfo& info, Seconds now, Decisions* out);
+  // The instance takes no new work; residents leave at their next block boundary. Once it is
+  // idle and empty it is reported in Decisions::drained (once).
+  Status OnInstanceDraining(InstanceId id, Seconds now, Decisions* out);
+  // The instance is gone (stopped after draining, or failed): its in-flight batch is lost,
+  // its residents go back to the ready set with their KV cache invalid.
+  Status OnInstanceRemoved(InstanceId id, Seconds now, Decisions* out);
+  // The client cancelled a live request. Error: the id is not live.
+  Status OnCancel(RequestId id, Seconds now, Decisions* out);
+  // The driver gives up on a live request (e.g. it is shutting down): it leaves as kAborted
+  // with `reason`. Error: the id is not live.
+  Status OnAbort(RequestId id, const std::string& reason, Seconds now, Decisions* out);
   // Periodic housekeeping (load control, Proteus's period).
-  void OnTick(Seconds now, std::vector<Launch>* out);
+  Status OnTick(Seconds now, Decisions* out);
+  // With async_predictions: predicted[i * thresholds + k] for ids[i] as of its snapshot
+  // (TakePredictionRequests). Steps run since the snapshot are counted off; ids that left
+  // meanwhile are skipped. Error: predicted has the wrong size.
+  Status OnPredictions(std::span<const RequestId> ids, std::span<const double> predicted, Seconds now,
+                       Decisions* out);
 
-  // Introspection.
-  const RequestState* Find(RequestId id) const;
+  // When the core next needs OnTick (kNever: not until another event).
+  Seconds NextWakeup() const;
 
-  // With async_predictions: snapshots of the requests whose prediction is due (taken once),
-  // and the results coming back, predicted[i * thresholds + k] for ids[i] as of its snapshot.
-  // Steps run since the snapshot are counted off; ids that finished meanwhile are ignored.
+  // With async_predictions: snapshots of the requests whose prediction is due (taken once).
   std::vector<RequestState> TakePredictionRequests();
-  void OnPredictions(std::span<const RequestId> ids, std::span<const double> predicted, Seconds now);
+
+  // ---- Introspection. ----
+  const RequestState* Find(RequestId id) const;
+  std::vector<RequestId> LiveIds() const;  // ascending
+  // The step batch in flight on an instance (0: none, or no such instance).
+  BatchId InFlightBatch(InstanceId id) const;
   size_t live() const { return requests_.size(); }
   size_t waiting() const { return waiting_.size(); }
+  size_t instances() const { return instances_.size(); }
+  size_t accepting_instances() const;
   double MeanThreshold() const;  // over live requests: threshold of their next step
   double MeanCap() const;
   const SchedulerStats& stats() const { return stats_; }
   const PolicyOptions& options() const { return options_; }
-  // Cluster capacity W over `slo` seconds, in tokens (Algorithm 2).
+  // Cluster capacity W over `slo` seconds, in tokens (Algorithm 2), over accepting instances.
   double CapacityTokens(Seconds slo) const;
   // Proteus's current mix (fraction per candidate).
-  const std::vector<double>& proteus_mix() const { return proteus_mix_; }
+  const std::vector<double>& proteus_mix() const { return proteus_.mix(); }
 
-  // Exposed for the policy-cost benchmark: one Algorithm 2 pass and one dispatch cycle.
+  // Exposed for the policy-cost benchmark: one Algorithm 2 pass.
   void RunLoadControl(Seconds now);
   // tau_d of one instance as Algorithm 2 counts it (see capacity_concurrency).
   double CapacityTokensPerSecond(int tp) const;
@@ -136,8 +242,12 @@ class Scheduler {
  private:
   struct Instance {
     InstanceInfo info;
-    bool busy = false;
-    Seconds busy_until = 0;
+    bool accepting = true;             // false while draining
+    bool drained_reported = false;
+    bool busy = false;                 // a batch is in flight
+    BatchId batch = 0;                 // that batch
+    std::vector<RequestId> batch_ids;  // its requests, in launch order
+    Seconds busy_until = 0;            // predicted end of that batch
     std::vector<RequestId> residents;  // in placement order
     int64_t next_tokens = 0;           // sum of residents' next-step tokens
     int64_t load_tokens = 0;           // sum of residents' P+O (INFaaS / Llumnix load)
@@ -146,29 +256,51 @@ class Scheduler {
   using OrderKey = std::tuple<int, Seconds, RequestId>;  // (-priority, arrival, id)
 
   Scheduler(PolicyOptions options, const LatencyProfile* profile, StepEstimator* estimator);
+  static OrderKey KeyOf(const RequestState& r) { return {-r.spec.priority, r.spec.arrival, r.spec.id}; }
+  Instance* FindInstance(InstanceId id);
+  Status AddInstance(const InstanceInfo& info);
 
+  // Predictions.
   void Refresh(RequestState& r);
   void RefreshBatch(std::span<RequestState* const> rs);
   // predicted (one per candidate) as of `steps_since` steps ago, floored at the blocks left.
   void StorePrediction(RequestState& r, std::span<const double> predicted, int steps_since);
+
+  // Placement bookkeeping.
   void Place(RequestState& r, Instance& inst);
   void Unplace(RequestState& r);
   void SetQueuedTokens(RequestState& r, int tokens);
+  // Sends a placed request back to the waiting set (it leaves its instance).
+  void ReturnToWaiting(RequestState& r);
+  // Removes a live request for good (finished, cancelled, aborted).
+  void Forget(RequestState& r);
+  // Loses the in-flight batch of `inst` (failed batch or instance): its requests' steps do
+  // not count and their KV cache is gone; too many failures abort a request.
+  void LoseBatch(Instance& inst, const std::string& why, Decisions* out);
+  void ReportDrained(Decisions* out);
+  static EndedRequest EndOf(const RequestState& r, EndKind kind, StatusCode code, std::string reason) {
+    return {r.spec.id, kind, code, std::move(reason), r.steps, r.migrations, r.failures};
+  }
+
+  // Dispatch (dispatch.cc).
   Instance* BestStepLevel(const RequestState& r, Seconds now, Seconds* best_time);
   Instance* LeastLoaded();
   void DispatchReady(const std::vector<RequestId>& ready, InstanceId from, Seconds now);
   void DispatchWaiting(Seconds now);
+  void LaunchIdle(Seconds now, Decisions* out);
+
+  // Thresholds (threshold_choice.cc).
   void ChooseThreshold(RequestState& r, Seconds now);
-  void LaunchIdle(Seconds now, std::vector<Launch>* out);
   void MaybeLoadControl(Seconds now);
-  void ProteusPeriod(Seconds now);
-  double DrawProteusThreshold();
+  void AdvanceProteus(Seconds now);
 
   PolicyOptions options_;
   const LatencyProfile* profile_;
   StepEstimator* estimator_;
-  std::vector<Instance> instances_;
+  std::vector<Instance> instances_;  // in the order they were added
   std::unordered_map<InstanceId, size_t> instance_index_;
+  std::unordered_map<BatchId, InstanceId> batches_;  // in flight
+  BatchId next_batch_ = 1;
   std::unordered_map<RequestId, RequestState> requests_;
   std::set<OrderKey> order_;       // live requests, load-control order
   std::set<OrderKey> waiting_;     // not placed on any instance
@@ -176,17 +308,14 @@ class Scheduler {
   std::vector<const RequestState*> batch_states_;  // RefreshBatch scratch
   std::vector<RequestState> pending_predictions_;   // async: due, not yet taken
   std::vector<double> batch_out_;
+  std::vector<RequestId> ready_scratch_;
+  std::vector<RequestState*> refresh_scratch_;
   Seconds last_load_control_ = -1e300;
-  double newest_cap_ = 1.0;
-  double seq_sum_ = 0;      // sum of P+O over arrivals (mean sequence of the block pattern)
-  int64_t arrivals_ = 0;  // cap of the last request in the last load-control pass
-  // Proteus.
-  std::vector<double> proteus_mix_;
-  Seconds proteus_next_period_ = 0;
-  int64_t proteus_arrivals_ = 0;
-  double proteus_rate_ = -1;
-  double proteus_work_sum_[kMaxThresholds] = {};
-  uint64_t rng_state_;
+  bool load_control_due_ = false;  // an event wanted Algorithm 2 but the debounce held it
+  double newest_cap_ = 1.0;        // cap of the last request in the last load-control pass
+  double seq_sum_ = 0;             // sum of P+O over arrivals (mean sequence of the block pattern)
+  int64_t arrivals_ = 0;           // requests admitted so far
+  ProteusMix proteus_;
 };
 
 }  // namespace tediserve::policy

@@ -52,6 +52,33 @@ StepOutcome Outcome(RequestId id, bool block_done = false, bool request_done = f
   return o;
 }
 
+using Launch = StepBatch;
+
+// Adapters: each event must succeed; its step batches are appended to `out`.
+void ArriveOn(Scheduler& s, const RequestSpec& spec, Seconds now, std::vector<Launch>* out) {
+  Decisions d;
+  Status st = s.OnArrival(spec, now, &d);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  for (auto& b : d.batches) out->push_back(std::move(b));
+}
+// The batch in flight on `inst` came back with these outcomes.
+void StepDone(Scheduler& s, InstanceId inst, std::span<const StepOutcome> outcomes, Seconds now,
+              std::vector<Launch>* out) {
+  Decisions d;
+  Status st = s.OnBatchDone(s.InFlightBatch(inst), outcomes, now, &d);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  for (auto& b : d.batches) out->push_back(std::move(b));
+}
+void StepDone(Scheduler& s, InstanceId inst, const std::vector<StepOutcome>& outcomes, Seconds now,
+              std::vector<Launch>* out) {
+  StepDone(s, inst, std::span<const StepOutcome>(outcomes), now, out);
+}
+void Tick(Scheduler& s, Seconds now, std::vector<Launch>* out) {
+  Decisions d;
+  ASSERT_TRUE(s.OnTick(now, &d).ok());
+  for (auto& b : d.batches) out->push_back(std::move(b));
+}
+
 const Launch* LaunchOn(const std::vector<Launch>& out, InstanceId id) {
   for (const Launch& l : out) {
     if (l.instance == id) return &l;
@@ -61,7 +88,7 @@ const Launch* LaunchOn(const std::vector<Launch>& out, InstanceId id) {
 
 std::vector<RequestId> BatchIds(const Launch& l) {
   std::vector<RequestId> ids;
-  for (const StepCommand& c : l.batch) ids.push_back(c.id);
+  for (const StepCommand& c : l.commands) ids.push_back(c.id);
   return ids;
 }
 
@@ -85,12 +112,12 @@ class SchedulerTest : public ::testing::Test {
 
   std::vector<Launch> Arrive(const RequestSpec& spec, Seconds now = -1) {
     std::vector<Launch> out;
-    s_->OnArrival(spec, now < 0 ? spec.arrival : now, &out);
+    ArriveOn(*s_, spec, now < 0 ? spec.arrival : now, &out);
     return out;
   }
   std::vector<Launch> Done(InstanceId inst, std::vector<StepOutcome> outcomes, Seconds now) {
     std::vector<Launch> out;
-    s_->OnStepDone(inst, outcomes, now, &out);
+    StepDone(*s_, inst, outcomes, now, &out);
     return out;
   }
   InstanceId Where(RequestId id) {
@@ -109,10 +136,10 @@ TEST_F(SchedulerTest, LaunchesAStepOnArrival) {
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].instance, 0);
   EXPECT_EQ(out[0].tokens, 356);
-  ASSERT_EQ(out[0].batch.size(), 1u);
-  EXPECT_EQ(out[0].batch[0].id, 0);
-  EXPECT_TRUE(out[0].batch[0].recompute);
-  EXPECT_DOUBLE_EQ(out[0].batch[0].threshold, 0.9);
+  ASSERT_EQ(out[0].commands.size(), 1u);
+  EXPECT_EQ(out[0].commands[0].id, 0);
+  EXPECT_TRUE(out[0].commands[0].recompute);
+  EXPECT_DOUBLE_EQ(out[0].commands[0].threshold, 0.9);
   EXPECT_EQ(s_->live(), 1u);
   EXPECT_TRUE(s_->Find(0)->in_flight);
 }
@@ -157,7 +184,7 @@ TEST_F(SchedulerTest, CachedRequestNeverMigratesMidBlock) {
   EXPECT_EQ(out[0].instance, 0);
   EXPECT_THAT(BatchIds(out[0]), ::testing::ElementsAre(0, 2));
   EXPECT_EQ(out[0].tokens, 32 + 356);
-  EXPECT_FALSE(out[0].batch[0].recompute);
+  EXPECT_FALSE(out[0].commands[0].recompute);
   // Several more mid-block steps: still on 0.
   for (int i = 0; i < 3; ++i) {
     Done(0, {Outcome(0), Outcome(2)}, 0.1 + i * 0.01);
@@ -185,7 +212,7 @@ TEST_F(SchedulerTest, MigratesAtBlockBoundaryWhenStrictlyBetter) {
   const Launch* on1 = LaunchOn(out, 1);
   ASSERT_NE(on1, nullptr);
   EXPECT_THAT(BatchIds(*on1), ::testing::ElementsAre(0));
-  EXPECT_TRUE(on1->batch[0].recompute);
+  EXPECT_TRUE(on1->commands[0].recompute);
   EXPECT_EQ(on1->tokens, 356);
   const Launch* on0 = LaunchOn(out, 0);
   ASSERT_NE(on0, nullptr);
@@ -315,12 +342,17 @@ TEST_F(SchedulerTest, DoneRequestsLeave) {
   EXPECT_EQ(s_->Find(0), nullptr);
   ASSERT_EQ(out.size(), 1u);
   EXPECT_THAT(BatchIds(out[0]), ::testing::ElementsAre(1));
+  const BatchId last = out[0].id;
   out = Done(0, {Outcome(1, true, true)}, 0.07);
   EXPECT_EQ(s_->live(), 0u);
   EXPECT_TRUE(out.empty());
-  // A late outcome for a finished request is ignored.
-  out = Done(0, {Outcome(1)}, 0.08);
-  EXPECT_TRUE(out.empty());
+  // A second result for a batch that came back is refused and changes nothing.
+  Decisions d;
+  const StepOutcome late[] = {Outcome(1)};
+  const Status st = s_->OnBatchDone(last, late, 0.08, &d);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st.message(), HasSubstr("not in flight"));
+  EXPECT_TRUE(d.empty());
   EXPECT_EQ(s_->live(), 0u);
 }
 
@@ -339,10 +371,10 @@ TEST_F(SchedulerTest, FixedPolicyUsesFixedThreshold) {
   Make("fixed", 1, [](PolicyOptions& o) { o.fixed_threshold = 0.7; });
   std::vector<Launch> out = Arrive(Spec(0, 0, /*slo=*/0.01));  // a tight SLO changes nothing
   ASSERT_EQ(out.size(), 1u);
-  EXPECT_DOUBLE_EQ(out[0].batch[0].threshold, 0.7);
+  EXPECT_DOUBLE_EQ(out[0].commands[0].threshold, 0.7);
   out = Done(0, {Outcome(0)}, 0.05);
   ASSERT_EQ(out.size(), 1u);
-  EXPECT_DOUBLE_EQ(out[0].batch[0].threshold, 0.7);
+  EXPECT_DOUBLE_EQ(out[0].commands[0].threshold, 0.7);
   RequestSpec bounded = Spec(1, 0.06);
   bounded.min_threshold = 0.8;
   Arrive(bounded);
@@ -358,10 +390,10 @@ TEST_F(SchedulerTest, SloAwareLowersThresholdForTightDeadline) {
     Make(policy, 2);
     std::vector<Launch> out = Arrive(Spec(0, 0, /*slo=*/10));
     ASSERT_EQ(out.size(), 1u);
-    EXPECT_DOUBLE_EQ(out[0].batch[0].threshold, 0.9);
+    EXPECT_DOUBLE_EQ(out[0].commands[0].threshold, 0.9);
     out = Arrive(Spec(1, 0, /*slo=*/1.0));
     ASSERT_EQ(out.size(), 1u);
-    EXPECT_DOUBLE_EQ(out[0].batch[0].threshold, 0.6);
+    EXPECT_DOUBLE_EQ(out[0].commands[0].threshold, 0.6);
     out = Arrive(Spec(2, 0, /*slo=*/0.1));  // hopeless: the lowest
     EXPECT_DOUBLE_EQ(s_->Find(2)->threshold, 0.5);
   }
@@ -386,13 +418,13 @@ TEST(SchedulerSloTest, SloAwareRaisesThresholdAgainWhenSlackGrows) {
   ASSERT_TRUE(made.ok());
   Scheduler& s = **made;
   std::vector<Launch> out;
-  s.OnArrival(Spec(0, 0, /*slo=*/1.0), 0, &out);
+  ArriveOn(s, Spec(0, 0, /*slo=*/1.0), 0, &out);
   EXPECT_DOUBLE_EQ(s.Find(0)->threshold, 0.6);  // as with the one-shot numbers
   // 7 blocks done in 0.07 s: one block left, 16 steps at 0.9 = 0.0356 + 15 x 0.01 s fits the
   // remaining 0.93 s.
   for (int b = 0; b < 7; ++b) {
     const StepOutcome o = Outcome(0, true);
-    s.OnStepDone(0, std::span<const StepOutcome>(&o, 1), 0.01 * (b + 1), &out);
+    StepDone(s, 0, std::span<const StepOutcome>(&o, 1), 0.01 * (b + 1), &out);
   }
   EXPECT_EQ(s.Find(0)->block, 7);
   EXPECT_DOUBLE_EQ(s.Find(0)->predicted[0], 16);
@@ -420,10 +452,12 @@ TEST(SchedulerSloTest, OneBatchedPredictionPerStep) {
   ASSERT_TRUE(made.ok());
   Scheduler& s = **made;
   std::vector<Launch> out;
-  for (RequestId id = 0; id < 3; ++id) s.OnArrival(Spec(id, 0, /*slo=*/10), 0, &out);
+  for (RequestId id = 0; id < 3; ++id) ArriveOn(s, Spec(id, 0, /*slo=*/10), 0, &out);
+  // Request 0 ran alone; the next batch holds all three.
+  StepDone(s, 0, {Outcome(0, false)}, 0.005, &out);
   const int before = estimator.calls;
   const StepOutcome o[] = {Outcome(0, true), Outcome(1, true), Outcome(2, false)};
-  s.OnStepDone(0, o, 0.01, &out);
+  StepDone(s, 0, o, 0.01, &out);
   EXPECT_EQ(estimator.calls, before + 1);
   EXPECT_EQ(estimator.sizes.back(), 2u);  // requests 0 and 1 finished a block; 2 did not
   EXPECT_DOUBLE_EQ(s.Find(0)->predicted[0], 16 * 7);
@@ -438,28 +472,32 @@ TEST(SchedulerSloTest, AsyncPredictionsGoOutAndComeBackWithStepsCountedOff) {
   ASSERT_TRUE(made.ok());
   Scheduler& s = **made;
   std::vector<Launch> out;
-  for (RequestId id = 0; id < 2; ++id) s.OnArrival(Spec(id, 0, /*slo=*/10), 0, &out);
+  for (RequestId id = 0; id < 2; ++id) ArriveOn(s, Spec(id, 0, /*slo=*/10), 0, &out);
+  StepDone(s, 0, {Outcome(0, false)}, 0.005, &out);  // request 0 ran alone; then both
   const int before = estimator.calls;
   const StepOutcome o1[] = {Outcome(0, true), Outcome(1, true)};
-  s.OnStepDone(0, o1, 0.01, &out);
+  StepDone(s, 0, o1, 0.01, &out);
   EXPECT_EQ(estimator.calls, before);  // nothing predicted on the scheduling thread
   std::vector<RequestState> due = s.TakePredictionRequests();
   ASSERT_EQ(due.size(), 2u);
   EXPECT_EQ(due[0].block, 1);
   EXPECT_TRUE(s.TakePredictionRequests().empty());  // taken once
   EXPECT_TRUE(s.Find(0)->prediction_pending);
-  // Meanwhile request 0 runs one more step; the answer (as of the snapshot) is 50 steps.
-  const StepOutcome o2[] = {Outcome(0, false)};
-  s.OnStepDone(0, o2, 0.02, &out);
+  // Meanwhile both run one more step; the answer (as of the snapshot) is 50 steps.
+  const StepOutcome o2[] = {Outcome(0, false), Outcome(1, false)};
+  StepDone(s, 0, o2, 0.02, &out);
   std::vector<double> pred(2 * o.thresholds.size(), 50.0);
   const RequestId ids[] = {0, 1};
-  s.OnPredictions(ids, pred, 0.021);
+  Decisions d;
+  ASSERT_TRUE(s.OnPredictions(ids, pred, 0.021, &d).ok());
   EXPECT_DOUBLE_EQ(s.Find(0)->predicted[0], 49);
-  EXPECT_DOUBLE_EQ(s.Find(1)->predicted[0], 50);
+  EXPECT_DOUBLE_EQ(s.Find(1)->predicted[0], 49);
   EXPECT_FALSE(s.Find(0)->prediction_pending);
   // Results for requests that left are ignored.
   const RequestId gone[] = {77};
-  s.OnPredictions(gone, std::vector<double>(o.thresholds.size(), 3.0), 0.03);
+  ASSERT_TRUE(s.OnPredictions(gone, std::vector<double>(o.thresholds.size(), 3.0), 0.03, &d).ok());
+  // A result of the wrong size is refused.
+  EXPECT_EQ(s.OnPredictions(ids, std::vector<double>(3, 1.0), 0.04, &d).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.Find(77), nullptr);
 }
 
@@ -471,14 +509,14 @@ TEST_F(SchedulerTest, CapsLowerUnderOverload) {
     Make(policy, 1);
     for (RequestId id = 0; id < 10; ++id) Arrive(Spec(id, 0, /*slo=*/2));
     std::vector<Launch> out;
-    s_->OnTick(1.0, &out);  // past the debounce
+    Tick(*s_, 1.0, &out);  // past the debounce
     EXPECT_GE(s_->stats().load_control_runs, 2);
     EXPECT_LT(s_->MeanCap(), 0.9);
     EXPECT_DOUBLE_EQ(s_->MeanCap(), 0.5);
     // The next step of request 0 runs within its cap.
     out = Done(0, {Outcome(0)}, 1.01);
     ASSERT_EQ(out.size(), 1u);
-    for (const StepCommand& c : out[0].batch) {
+    for (const StepCommand& c : out[0].commands) {
       if (c.id == 0) {
         EXPECT_DOUBLE_EQ(c.threshold, 0.5);
       }
@@ -492,7 +530,7 @@ TEST_F(SchedulerTest, CapsStayTopUnderLightLoad) {
     Make(policy, 1);
     Arrive(Spec(0, 0, /*slo=*/2));  // 6688 tokens <= 20000
     std::vector<Launch> out;
-    s_->OnTick(1.0, &out);
+    Tick(*s_, 1.0, &out);
     EXPECT_DOUBLE_EQ(s_->MeanCap(), 0.9);
     EXPECT_DOUBLE_EQ(s_->Find(0)->threshold, 0.9);
   }
@@ -506,7 +544,7 @@ TEST_F(SchedulerTest, CapsOnlyRunsAtTheCapNotTheSlo) {
   });
   std::vector<Launch> out = Arrive(Spec(0, 0, /*slo=*/0.1));  // hopeless SLO, light load
   ASSERT_EQ(out.size(), 1u);
-  EXPECT_DOUBLE_EQ(out[0].batch[0].threshold, 0.9);
+  EXPECT_DOUBLE_EQ(out[0].commands[0].threshold, 0.9);
 }
 
 TEST_F(SchedulerTest, LoadControlOrderPutsPriorityFirst) {
@@ -555,7 +593,7 @@ TEST_F(SchedulerTest, ProteusMovesToLowerThresholdsUnderOverload) {
   EXPECT_DOUBLE_EQ(s_->proteus_mix()[0], 1.0);
   for (RequestId id = 0; id < 20; ++id) Arrive(Spec(id, id * 0.5));
   std::vector<Launch> out;
-  s_->OnTick(10.0, &out);
+  Tick(*s_, 10.0, &out);
   const std::vector<double>& mix = s_->proteus_mix();
   ASSERT_EQ(mix.size(), 5u);
   EXPECT_LT(mix[0], 1.0);
@@ -577,7 +615,7 @@ TEST_F(SchedulerTest, ProteusKeepsTopThresholdUnderLightLoad) {
   Make("proteus", 1);
   for (RequestId id = 0; id < 5; ++id) Arrive(Spec(id, id * 2.0));  // 0.5/s x 6688 < 9524
   std::vector<Launch> out;
-  s_->OnTick(10.0, &out);
+  Tick(*s_, 10.0, &out);
   EXPECT_DOUBLE_EQ(s_->proteus_mix()[0], 1.0);
   Arrive(Spec(5, 10.5));
   EXPECT_DOUBLE_EQ(s_->Find(5)->threshold, 0.9);
@@ -587,7 +625,7 @@ TEST_F(SchedulerTest, ProteusRequestKeepsItsThreshold) {
   Make("proteus", 1);
   for (RequestId id = 0; id < 20; ++id) Arrive(Spec(id, id * 0.5));
   std::vector<Launch> out;
-  s_->OnTick(10.0, &out);
+  Tick(*s_, 10.0, &out);
   Arrive(Spec(20, 10.1));
   const double drawn = s_->Find(20)->threshold;
   // Drive request 20 through steps; its commands all carry the drawn threshold.
@@ -600,7 +638,7 @@ TEST_F(SchedulerTest, ProteusRequestKeepsItsThreshold) {
     }
     out = Done(0, outcomes, now += 0.5);
     for (const Launch& l : out) {
-      for (const StepCommand& c : l.batch) {
+      for (const StepCommand& c : l.commands) {
         if (c.id == 20) {
           EXPECT_DOUBLE_EQ(c.threshold, drawn);
         }
@@ -612,140 +650,6 @@ TEST_F(SchedulerTest, ProteusRequestKeepsItsThreshold) {
 
 // A tiny event loop: arrivals, instances that finish a launch after l(tokens), and outcomes
 // that unmask 2 / 4 / 8 tokens a step by threshold. Records every launch.
-struct RunLog {
-  std::vector<std::tuple<Seconds, InstanceId, int, std::vector<std::tuple<RequestId, double, bool>>>> launches;
-  size_t live_at_end = 0;
-  int64_t migrations = 0;
-};
-
-RunLog RunToCompletion(const std::string& policy, int num_requests, int num_instances, uint64_t seed,
-                       int token_budget = 8192) {
-  RunLog log;
-  const LatencyProfile profile = LinearProfile();
-  OneShotEstimator estimator(kTh, kTokensPerStep);
-  StatusOr<PolicyOptions> o = PolicyOptions::Named(policy);
-  EXPECT_TRUE(o.ok());
-  o->tokens_per_step = kTokensPerStep;
-  o->accuracy = kAccuracy;
-  o->seed = seed;
-  o->token_budget = token_budget;
-  std::vector<InstanceInfo> inst;
-  for (int i = 0; i < num_instances; ++i) inst.push_back({i, i % 2 == 0 ? 1 : 2});
-  auto made = Scheduler::Create(*o, &profile, &estimator, inst);
-  EXPECT_TRUE(made.ok()) << made.status().ToString();
-  Scheduler& s = **made;
-
-  std::vector<RequestSpec> arrivals;
-  for (int i = 0; i < num_requests; ++i) {
-    // Deterministic variety: prompts 50..450, outputs 32..256, SLOs 1..8 s.
-    arrivals.push_back(Spec(i, i * 0.03, 1.0 + (i * 7) % 8, 50 + (i * 37) % 400, 32 * (1 + (i * 5) % 8)));
-  }
-  std::map<std::pair<Seconds, InstanceId>, Launch> running;  // by finish time
-  auto take = [&](std::vector<Launch>& out, Seconds now) {
-    for (Launch& l : out) {
-      std::vector<std::tuple<RequestId, double, bool>> cmds;
-      for (const StepCommand& c : l.batch) cmds.emplace_back(c.id, c.threshold, c.recompute);
-      log.launches.emplace_back(now, l.instance, l.tokens, cmds);
-      const int tp = l.instance % 2 == 0 ? 1 : 2;
-      for (const auto& [key, busy] : running) {
-        EXPECT_NE(key.second, l.instance) << "launch on a busy instance at " << now;
-      }
-      running[{now + profile.StepSeconds(tp, l.tokens), l.instance}] = std::move(l);
-    }
-    out.clear();
-  };
-  size_t next = 0;
-  Seconds next_tick = 1.0;
-  std::vector<Launch> out;
-  for (int guard = 0; guard < 1000000; ++guard) {
-    const Seconds t_arr = next < arrivals.size() ? arrivals[next].arrival : 1e300;
-    const Seconds t_done = running.empty() ? 1e300 : running.begin()->first.first;
-    if (t_arr == 1e300 && t_done == 1e300) break;
-    if (next_tick <= std::min(t_arr, t_done)) {
-      s.OnTick(next_tick, &out);
-      take(out, next_tick);
-      next_tick += 1.0;
-      continue;
-    }
-    if (t_arr <= t_done) {
-      s.OnArrival(arrivals[next], t_arr, &out);
-      ++next;
-      take(out, t_arr);
-      continue;
-    }
-    auto it = running.begin();
-    const Seconds now = it->first.first;
-    const Launch l = std::move(it->second);
-    running.erase(it);
-    std::vector<StepOutcome> outcomes;
-    for (const StepCommand& c : l.batch) {
-      const RequestState* r = s.Find(c.id);
-      EXPECT_NE(r, nullptr);
-      if (r == nullptr) continue;
-      const int per_step = c.threshold >= 0.85 ? 2 : c.threshold >= 0.65 ? 4 : 8;
-      const int left = r->block_size - r->unmasked_in_block;
-      const int k = std::min(per_step, left);
-      const bool block_done = k == left;
-      outcomes.push_back(Outcome(c.id, block_done, block_done && r->block + 1 == r->num_blocks, k));
-    }
-    s.OnStepDone(l.instance, outcomes, now, &out);
-    take(out, now);
-  }
-  log.live_at_end = s.live();
-  log.migrations = s.stats().migrations;
-  return log;
-}
-
-TEST(SchedulerRunTest, SameInputsGiveSameLaunches) {
-  for (const std::string& policy : PolicyOptions::Names()) {
-    SCOPED_TRACE(policy);
-    const RunLog a = RunToCompletion(policy, 60, 3, 7);
-    const RunLog b = RunToCompletion(policy, 60, 3, 7);
-    ASSERT_FALSE(a.launches.empty());
-    EXPECT_EQ(a.launches, b.launches);
-    EXPECT_EQ(a.live_at_end, 0u);  // everyone finished
-  }
-}
-
-TEST(SchedulerRunTest, InvariantsOverAWholeRun) {
-  for (const std::string& policy : PolicyOptions::Names()) {
-    SCOPED_TRACE(policy);
-    const int budget = 1024;
-    const RunLog log = RunToCompletion(policy, 200, 4, 3, budget);
-    EXPECT_EQ(log.live_at_end, 0u);
-    std::map<RequestId, InstanceId> where;
-    std::map<RequestId, double> proteus_threshold;
-    std::map<RequestId, bool> in_flight;
-    int64_t moves = 0;
-    for (const auto& [now, instance, tokens, cmds] : log.launches) {
-      if (cmds.size() > 1) {
-        EXPECT_LE(tokens, budget);
-      }
-      for (const auto& [id, threshold, recompute] : cmds) {
-        auto it = where.find(id);
-        if (it != where.end() && it->second != instance) {
-          ++moves;
-          // A cached request moves only at a recompute step (block boundary).
-          EXPECT_TRUE(recompute) << "request " << id << " moved mid-block at " << now;
-          EXPECT_NE(policy, "infaas");
-          EXPECT_NE(policy, "proteus");
-        }
-        where[id] = instance;
-        if (policy == "proteus") {
-          auto [p, inserted] = proteus_threshold.emplace(id, threshold);
-          if (!inserted) {
-            EXPECT_DOUBLE_EQ(p->second, threshold) << "request " << id;
-          }
-        }
-        EXPECT_TRUE(threshold == 0.9 || threshold == 0.8 || threshold == 0.7 || threshold == 0.6 ||
-                    threshold == 0.5)
-            << threshold;
-      }
-    }
-    EXPECT_EQ(moves, log.migrations);
-  }
-}
-
 // Overloads a Proteus scheduler for one period (mix 0.2381 x 0.7 + 0.7619 x 0.6, see
 // above), then returns the thresholds drawn by `n` arrivals in the next period.
 std::vector<double> ProteusDraws(uint64_t seed, int n) {
@@ -759,11 +663,11 @@ std::vector<double> ProteusDraws(uint64_t seed, int n) {
   EXPECT_TRUE(made.ok());
   Scheduler& s = **made;
   std::vector<Launch> out;
-  for (RequestId id = 0; id < 20; ++id) s.OnArrival(Spec(id, id * 0.5), id * 0.5, &out);
+  for (RequestId id = 0; id < 20; ++id) ArriveOn(s, Spec(id, id * 0.5), id * 0.5, &out);
   std::vector<double> drawn;
   for (RequestId id = 20; id < 20 + n; ++id) {
     const Seconds t = 10 + (id - 20) * (9.0 / n);
-    s.OnArrival(Spec(id, t), t, &out);
+    ArriveOn(s, Spec(id, t), t, &out);
     drawn.push_back(s.Find(id)->threshold);
   }
   return drawn;
@@ -810,13 +714,257 @@ TEST_F(SchedulerCreateTest, RejectsBadOptions) {
   expect_bad(CreateWith([](PolicyOptions& o) { o.token_budget = 0; }), "token_budget");
   expect_bad(CreateWith([](PolicyOptions& o) { o.threshold = ThresholdKind::kProteus; }),
              "tokens_per_step and accuracy");
-  expect_bad(CreateWith(nullptr, {{0, 4}}), "TP degree 4 is not in the latency profile linear");
-  expect_bad(CreateWith(nullptr, {{0, 1}, {3, 2}, {0, 1}}), "instance id 0 appears twice");
-  expect_bad(CreateWith(nullptr, {}), "no instances");
+  expect_bad(CreateWith(nullptr, {{0, 4}}), "TP degree 4 of instance 0 is not in the latency profile linear");
+  expect_bad(CreateWith([](PolicyOptions& o) { o.max_step_failures = 0; }), "max_step_failures");
+  const Status twice = CreateWith(nullptr, {{0, 1}, {3, 2}, {0, 1}});
+  EXPECT_EQ(twice.code(), StatusCode::kAlreadyExists);
+  EXPECT_THAT(twice.message(), HasSubstr("instance id 0 is already in the cluster"));
+  // A cluster may start empty (a runtime whose workers have not joined yet).
+  EXPECT_TRUE(CreateWith(nullptr, {}).ok());
 
   PolicyOptions o;
   auto no_profile = Scheduler::Create(o, nullptr, &estimator_, {{0, 1}});
   EXPECT_FALSE(no_profile.ok());
+}
+
+// ---- Cluster events: instances joining, draining, failing; lost batches; cancellation. ----
+
+class ClusterEventTest : public SchedulerTest {
+ protected:
+  // Runs the in-flight batch of `inst` to completion: every request unmasks 2 tokens.
+  Decisions Complete(InstanceId inst, Seconds now) {
+    Decisions d;
+    std::vector<StepOutcome> outcomes;
+    const BatchId b = s_->InFlightBatch(inst);
+    for (const RequestId id : s_->LiveIds()) {
+      const RequestState* r = s_->Find(id);
+      if (r->batch == b && r->in_flight) outcomes.push_back(Outcome(id));
+    }
+    const Status st = s_->OnBatchDone(b, outcomes, now, &d);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    return d;
+  }
+};
+
+TEST_F(ClusterEventTest, BadEventsAreErrorsAndChangeNothing) {
+  Make("tediserve", 2);
+  Decisions d;
+  ASSERT_TRUE(s_->OnArrival(Spec(0, 0), 0, &d).ok());
+  ASSERT_EQ(d.batches.size(), 1u);
+  const BatchId b = d.batches[0].id;
+  d.clear();
+  auto expect = [&](const Status& st, StatusCode code, const std::string& what) {
+    EXPECT_EQ(st.code(), code) << st.ToString();
+    EXPECT_THAT(st.message(), HasSubstr(what));
+    EXPECT_TRUE(d.empty());
+  };
+  expect(s_->OnArrival(Spec(0, 0.1), 0.1, &d), StatusCode::kAlreadyExists, "already live");
+  expect(s_->OnArrival(Spec(1, 0.1, /*slo=*/0), 0.1, &d), StatusCode::kInvalidArgument, "slo");
+  expect(s_->OnArrival(Spec(1, 0.1, 10, 100, 0), 0.1, &d), StatusCode::kInvalidArgument, "lengths");
+  expect(s_->OnArrival(Spec(1, 0.1, 10, 100, 33), 0.1, &d), StatusCode::kInvalidArgument, "multiple of the block size");
+  expect(s_->OnInstanceDraining(9, 0.1, &d), StatusCode::kNotFound, "instance 9");
+  expect(s_->OnInstanceRemoved(9, 0.1, &d), StatusCode::kNotFound, "instance 9");
+  expect(s_->OnInstanceAdded({1, 1}, 0.1, &d), StatusCode::kAlreadyExists, "instance id 1");
+  expect(s_->OnInstanceAdded({5, 8}, 0.1, &d), StatusCode::kInvalidArgument, "TP degree 8");
+  expect(s_->OnCancel(42, 0.1, &d), StatusCode::kNotFound, "request 42");
+  expect(s_->OnBatchDone(b + 100, {}, 0.1, &d), StatusCode::kInvalidArgument, "never launched");
+  expect(s_->OnBatchFailed(b + 100, 0.1, &d), StatusCode::kInvalidArgument, "never launched");
+  const StepOutcome stranger[] = {Outcome(0), Outcome(7)};
+  expect(s_->OnBatchDone(b, stranger, 0.1, &d), StatusCode::kInvalidArgument, "request 7 is not in the batch");
+  const StepOutcome twice[] = {Outcome(0), Outcome(0)};
+  expect(s_->OnBatchDone(b, twice, 0.1, &d), StatusCode::kInvalidArgument, "reported twice");
+  expect(s_->OnBatchDone(b, {}, 0.1, &d), StatusCode::kInvalidArgument, "covers 0 of its 1");
+  const StepOutcome negative[] = {Outcome(0, false, false, -1)};
+  expect(s_->OnBatchDone(b, negative, 0.1, &d), StatusCode::kInvalidArgument, "negative");
+  // None of that touched the request or its batch: the real result is still taken.
+  EXPECT_EQ(s_->Find(0)->steps, 0);
+  EXPECT_EQ(s_->InFlightBatch(0), b);
+  const StepOutcome ok[] = {Outcome(0)};
+  EXPECT_TRUE(s_->OnBatchDone(b, ok, 0.1, &d).ok());
+  EXPECT_EQ(s_->Find(0)->steps, 1);
+}
+
+TEST_F(ClusterEventTest, ResultOfALostBatchIsRefused) {
+  Make("tediserve", 2);
+  Decisions d;
+  ASSERT_TRUE(s_->OnArrival(Spec(0, 0), 0, &d).ok());
+  const BatchId b = d.batches.at(0).id;
+  const InstanceId where = d.batches[0].instance;
+  d.clear();
+  ASSERT_TRUE(s_->OnInstanceRemoved(where, 0.01, &d).ok());  // the worker died mid-step
+  const StepOutcome late[] = {Outcome(0)};
+  Decisions d2;
+  const Status st = s_->OnBatchDone(b, late, 0.02, &d2);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st.message(), HasSubstr("lost with its instance"));
+  EXPECT_EQ(s_->Find(0)->steps, 0);  // the lost step did not count
+  EXPECT_EQ(s_->Find(0)->failures, 1);
+}
+
+TEST_F(ClusterEventTest, RequestWhoseInstanceFailedMidBlockRecomputesNext) {
+  Make("tediserve", 2);
+  Decisions d;
+  ASSERT_TRUE(s_->OnArrival(Spec(0, 0), 0, &d).ok());
+  const InstanceId first = d.batches.at(0).instance;
+  d = Complete(first, 0.04);  // one step into block 0: next is a cache step on `first`
+  ASSERT_EQ(d.batches.size(), 1u);
+  EXPECT_FALSE(d.batches[0].commands[0].recompute);
+  EXPECT_EQ(s_->Find(0)->steps_in_block, 1);
+  d.clear();
+  ASSERT_TRUE(s_->OnInstanceRemoved(first, 0.05, &d).ok());
+  // Its cache died with the instance: the next step, elsewhere, pushes the whole sequence.
+  ASSERT_EQ(d.batches.size(), 1u);
+  EXPECT_NE(d.batches[0].instance, first);
+  ASSERT_EQ(d.batches[0].commands.size(), 1u);
+  EXPECT_TRUE(d.batches[0].commands[0].recompute);
+  EXPECT_EQ(d.batches[0].tokens, 356);
+  EXPECT_EQ(s_->Find(0)->steps_in_block, 1);  // progress is kept
+  const InstanceId second = d.batches[0].instance;
+  d = Complete(second, 0.09);
+  ASSERT_EQ(d.batches.size(), 1u);
+  EXPECT_FALSE(d.batches[0].commands[0].recompute);  // the cache is back
+}
+
+TEST_F(ClusterEventTest, FailedBatchKeepsPlaceButRecomputes) {
+  Make("tediserve", 1);
+  Decisions d;
+  ASSERT_TRUE(s_->OnArrival(Spec(0, 0), 0, &d).ok());
+  d = Complete(0, 0.04);
+  const BatchId b = d.batches.at(0).id;
+  d.clear();
+  ASSERT_TRUE(s_->OnBatchFailed(b, 0.05, &d).ok());
+  ASSERT_EQ(d.batches.size(), 1u);
+  EXPECT_TRUE(d.batches[0].commands[0].recompute);
+  EXPECT_EQ(s_->stats().lost_steps, 1);
+  // A result for the failed batch is refused.
+  const StepOutcome late[] = {Outcome(0)};
+  EXPECT_EQ(s_->OnBatchDone(b, late, 0.06, &d).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ClusterEventTest, TooManyFailuresAbortTheRequestWithAReason) {
+  Make("tediserve", 1, [](PolicyOptions& o) { o.max_step_failures = 2; });
+  Decisions d;
+  ASSERT_TRUE(s_->OnArrival(Spec(0, 0), 0, &d).ok());
+  ASSERT_TRUE(s_->OnBatchFailed(d.batches.at(0).id, 0.01, &d).ok());
+  EXPECT_TRUE(d.ended.empty());
+  ASSERT_TRUE(s_->OnBatchFailed(d.batches.at(1).id, 0.02, &d).ok());
+  ASSERT_EQ(d.ended.size(), 1u);
+  EXPECT_EQ(d.ended[0].id, 0);
+  EXPECT_EQ(d.ended[0].kind, EndKind::kAborted);
+  EXPECT_THAT(d.ended[0].reason, HasSubstr("lost 2 times"));
+  EXPECT_EQ(s_->live(), 0u);
+}
+
+TEST_F(ClusterEventTest, DrainingInstanceTakesNoNewWorkAndReportsIdleOnce) {
+  Make("tediserve", 2);
+  Decisions d;
+  ASSERT_TRUE(s_->OnArrival(Spec(0, 0), 0, &d).ok());
+  const InstanceId busy = d.batches.at(0).instance;
+  const InstanceId other = 1 - busy;
+  d.clear();
+  ASSERT_TRUE(s_->OnInstanceDraining(busy, 0.01, &d).ok());
+  EXPECT_TRUE(d.drained.empty());  // still running a step
+  // A newcomer goes to the other instance even though the draining one would be faster.
+  ASSERT_TRUE(s_->OnArrival(Spec(1, 0.01), 0.01, &d).ok());
+  EXPECT_EQ(Where(1), other);
+  // Request 0 is mid-block: it stays on the draining instance until its block ends.
+  d = Complete(busy, 0.04);
+  EXPECT_EQ(Where(0), busy);
+  EXPECT_TRUE(d.drained.empty());
+  // The block ends: request 0 leaves, and the instance is reported drained, once.
+  std::vector<StepOutcome> done{Outcome(0, /*block_done=*/true, false, 30)};
+  d.clear();
+  ASSERT_TRUE(s_->OnBatchDone(s_->InFlightBatch(busy), done, 0.08, &d).ok());
+  EXPECT_EQ(Where(0), other);
+  ASSERT_EQ(d.drained.size(), 1u);
+  EXPECT_EQ(d.drained[0], busy);
+  d.clear();
+  ASSERT_TRUE(s_->OnTick(0.09, &d).ok());
+  EXPECT_TRUE(d.drained.empty());
+  // Stopped and added back, it takes work again.
+  ASSERT_TRUE(s_->OnInstanceRemoved(busy, 0.1, &d).ok());
+  ASSERT_TRUE(s_->OnInstanceAdded({busy, 1}, 0.2, &d).ok());
+  EXPECT_EQ(s_->accepting_instances(), 2u);
+}
+
+TEST_F(ClusterEventTest, RequestsWaitWhenNoInstanceAcceptsAndRunWhenOneJoins) {
+  for (const std::string policy : {"tediserve", "infaas"}) {
+    SCOPED_TRACE(policy);
+    Make(policy, 1);
+    Decisions d;
+    ASSERT_TRUE(s_->OnArrival(Spec(0, 0), 0, &d).ok());
+    ASSERT_TRUE(s_->OnInstanceRemoved(0, 0.01, &d).ok());
+    d.clear();
+    ASSERT_TRUE(s_->OnArrival(Spec(1, 0.02), 0.02, &d).ok());
+    EXPECT_TRUE(d.batches.empty());
+    EXPECT_EQ(s_->waiting(), 2u);
+    ASSERT_TRUE(s_->OnInstanceAdded({3, 1}, 0.5, &d).ok());
+    ASSERT_EQ(d.batches.size(), 1u);
+    EXPECT_EQ(d.batches[0].instance, 3);
+    EXPECT_EQ(s_->waiting(), 0u);
+  }
+}
+
+TEST_F(ClusterEventTest, CancelledRequestLeavesAndItsBatchMayOmitIt) {
+  Make("tediserve", 1);
+  Decisions d;
+  ASSERT_TRUE(s_->OnArrival(Spec(0, 0), 0, &d).ok());
+  ASSERT_TRUE(s_->OnArrival(Spec(1, 0), 0, &d).ok());
+  d = Complete(0, 0.04);  // now 0 and 1 run together
+  const BatchId b = d.batches.at(0).id;
+  ASSERT_EQ(d.batches[0].commands.size(), 2u);
+  d.clear();
+  ASSERT_TRUE(s_->OnCancel(1, 0.05, &d).ok());
+  ASSERT_EQ(d.ended.size(), 1u);
+  EXPECT_EQ(d.ended[0].kind, EndKind::kCancelled);
+  EXPECT_EQ(d.ended[0].code, StatusCode::kCancelled);
+  EXPECT_EQ(s_->Find(1), nullptr);
+  EXPECT_EQ(s_->OnCancel(1, 0.05, &d).code(), StatusCode::kNotFound);
+  d.clear();
+  const StepOutcome only0[] = {Outcome(0)};
+  ASSERT_TRUE(s_->OnBatchDone(b, only0, 0.08, &d).ok());
+  ASSERT_EQ(d.batches.size(), 1u);
+  EXPECT_THAT(BatchIds(d.batches[0]), ::testing::ElementsAre(0));
+}
+
+TEST_F(ClusterEventTest, AdmissionLimitRejectsWithResourceExhausted) {
+  Make("tediserve", 1, [](PolicyOptions& o) { o.max_live_requests = 1; });
+  Decisions d;
+  ASSERT_TRUE(s_->OnArrival(Spec(0, 0), 0, &d).ok());
+  ASSERT_TRUE(s_->OnArrival(Spec(1, 0), 0, &d).ok());
+  ASSERT_EQ(d.ended.size(), 1u);
+  EXPECT_EQ(d.ended[0].id, 1);
+  EXPECT_EQ(d.ended[0].kind, EndKind::kRejected);
+  EXPECT_EQ(d.ended[0].code, StatusCode::kResourceExhausted);
+  EXPECT_EQ(s_->live(), 1u);
+}
+
+TEST_F(ClusterEventTest, NextWakeupIsTheDebouncedLoadControlOrTheProteusPeriod) {
+  Make("fixed", 1);
+  EXPECT_EQ(s_->NextWakeup(), kNever);
+  Make("tediserve", 1);
+  Decisions d;
+  ASSERT_TRUE(s_->OnArrival(Spec(0, 0.2), 0.2, &d).ok());  // load control runs now
+  EXPECT_EQ(s_->NextWakeup(), kNever);
+  ASSERT_TRUE(s_->OnArrival(Spec(1, 0.5), 0.5, &d).ok());  // held by the 1 s debounce
+  EXPECT_DOUBLE_EQ(s_->NextWakeup(), 1.2);
+  ASSERT_TRUE(s_->OnTick(1.2, &d).ok());
+  EXPECT_EQ(s_->NextWakeup(), kNever);
+  Make("proteus", 1);
+  EXPECT_DOUBLE_EQ(s_->NextWakeup(), 10.0);
+}
+
+TEST_F(SchedulerTest, ProteusDrawRespectsCleanedBounds) {
+  // Bounds given the wrong way round are cleaned to [0.9, 0.9]; every draw must honour them
+  // (the raw bounds would have clamped to 0.5).
+  Make("proteus", 1);
+  for (RequestId id = 0; id < 60; ++id) {
+    RequestSpec spec = Spec(id, id * 0.01);
+    spec.min_threshold = 0.9;
+    spec.max_threshold = 0.5;
+    Arrive(spec);
+    EXPECT_DOUBLE_EQ(s_->Find(id)->threshold, 0.9) << id;
+  }
 }
 
 TEST(PolicyOptionsTest, NamedPresets) {

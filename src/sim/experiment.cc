@@ -106,6 +106,8 @@ struct RunConfig {
   SimOptions sim;
   std::string profile_csv;
   std::map<int, std::string> profile_json;
+  std::string truth_csv;                   // truth.profile (empty: the model's)
+  std::map<int, std::string> truth_json;
   std::string denoiser_type;
   std::string calibration_path;
   std::string engine_model;
@@ -150,7 +152,97 @@ Status ParseCluster(const YAML::Node& n, RunConfig* rc) {
   }
   int id = 0;
   for (int node = 0; node < nodes; ++node) {
-    for (int tp : tps) rc->sim.instances.push_back({id++, tp});
+    int device = 0;
+    for (int tp : tps) {
+      policy::InstanceInfo info{id++, tp, node, {}};
+      for (int d = 0; d < tp; ++d) info.devices.push_back(device++);
+      rc->sim.instances.push_back(std::move(info));
+    }
+  }
+  return Status::Ok();
+}
+
+// A latency profile given as {csv: FILE} or {json: {TP: FILE, ...}}.
+Status ParseProfileRef(const YAML::Node& prof, const std::string& path, const std::string& base, std::string* csv_out,
+                       std::map<int, std::string>* json_out) {
+  RETURN_IF_ERROR(CheckKeys(prof, path, {"csv", "json"}));
+  if (prof["csv"] && prof["json"]) return InvalidArgument(path + ": give csv or json, not both");
+  if (prof["csv"]) {
+    ASSIGN_OR_RETURN(std::string csv, Get<std::string>(prof, path, "csv", std::nullopt));
+    *csv_out = ResolvePath(csv, base);
+  } else if (prof["json"]) {
+    if (!prof["json"].IsMap()) return InvalidArgument(path + ".json: must map TP degree -> file");
+    for (const auto& kv : prof["json"]) {
+      int tp = 0;
+      try {
+        tp = kv.first.as<int>();
+      } catch (const YAML::Exception&) {
+        return InvalidArgument(path + ".json: key \"" + kv.first.Scalar() + "\" is not a TP degree");
+      }
+      if (!kv.second.IsScalar()) return InvalidArgument(path + ".json." + kv.first.Scalar() + ": must be a file name");
+      (*json_out)[tp] = ResolvePath(kv.second.as<std::string>(), base);
+    }
+  } else {
+    return InvalidArgument(path + ": needs csv or json");
+  }
+  return Status::Ok();
+}
+
+StatusOr<policy::LatencyProfile> LoadProfileRef(const std::string& csv, const std::map<int, std::string>& json) {
+  if (!csv.empty()) return policy::LatencyProfile::LoadCsv(csv);
+  return policy::LatencyProfile::LoadJson(json);
+}
+
+// truth: {profile: {csv|json}, step_time_sigma}: step times that differ from the policy's model.
+Status ParseTruth(const YAML::Node& n, const std::string& base, RunConfig* rc) {
+  const std::string p = "truth";
+  RETURN_IF_ERROR(CheckKeys(n, p, {"profile", "step_time_sigma"}));
+  if (n["profile"]) {
+    RETURN_IF_ERROR(ParseProfileRef(n["profile"], "truth.profile", base, &rc->truth_csv, &rc->truth_json));
+  }
+  ASSIGN_OR_RETURN(rc->sim.step_time_sigma, Get<double>(n, p, "step_time_sigma", 0.0));
+  if (!(rc->sim.step_time_sigma >= 0 && rc->sim.step_time_sigma <= 3)) {
+    return InvalidArgument("truth.step_time_sigma: must be in [0, 3]");
+  }
+  return Status::Ok();
+}
+
+// faults: instance failures and drains (at given or random times), failed steps, cancellations.
+Status ParseFaults(const YAML::Node& n, RunConfig* rc) {
+  const std::string p = "faults";
+  RETURN_IF_ERROR(CheckKeys(n, p, {"random_failures", "random_drains", "from_s", "to_s", "recover_after_s",
+                                   "readd_after_s", "failure_rate_per_hour", "step_failure_probability",
+                                   "cancel_fraction", "events"}));
+  FaultOptions& f = rc->sim.faults;
+  ASSIGN_OR_RETURN(f.random_failures, Get<int>(n, p, "random_failures", 0));
+  ASSIGN_OR_RETURN(f.random_drains, Get<int>(n, p, "random_drains", 0));
+  ASSIGN_OR_RETURN(f.window_from, Get<double>(n, p, "from_s", 0.0));
+  ASSIGN_OR_RETURN(f.window_to, Get<double>(n, p, "to_s", 0.0));
+  ASSIGN_OR_RETURN(f.recover_after, Get<double>(n, p, "recover_after_s", 60.0));
+  ASSIGN_OR_RETURN(f.readd_after, Get<double>(n, p, "readd_after_s", 60.0));
+  ASSIGN_OR_RETURN(f.failure_rate_per_hour, Get<double>(n, p, "failure_rate_per_hour", 0.0));
+  ASSIGN_OR_RETURN(f.step_failure_probability, Get<double>(n, p, "step_failure_probability", 0.0));
+  ASSIGN_OR_RETURN(f.cancel_fraction, Get<double>(n, p, "cancel_fraction", 0.0));
+  if (f.random_failures < 0 || f.random_drains < 0) return InvalidArgument("faults: random_failures and random_drains must be >= 0");
+  if (f.window_to > 0 && !(f.window_to > f.window_from)) return InvalidArgument("faults.to_s: must be > from_s");
+  if (n["events"]) {
+    const YAML::Node es = n["events"];
+    if (!es.IsSequence()) return InvalidArgument("faults.events: must be a list of {time_s, instance, kind, back_after_s}");
+    for (size_t i = 0; i < es.size(); ++i) {
+      const std::string ep = "faults.events[" + std::to_string(i) + "]";
+      RETURN_IF_ERROR(CheckKeys(es[i], ep, {"time_s", "instance", "kind", "back_after_s"}));
+      FaultOptions::Event e;
+      ASSIGN_OR_RETURN(e.time, Get<double>(es[i], ep, "time_s", std::nullopt));
+      ASSIGN_OR_RETURN(e.instance, Get<int>(es[i], ep, "instance", std::nullopt));
+      ASSIGN_OR_RETURN(std::string kind, Get<std::string>(es[i], ep, "kind", std::string("fail")));
+      if (kind != "fail" && kind != "drain") return InvalidArgument(ep + ".kind: expected fail or drain, got \"" + kind + "\"");
+      e.drain = kind == "drain";
+      ASSIGN_OR_RETURN(e.back_after, Get<double>(es[i], ep, "back_after_s", 60.0));
+      bool known = false;
+      for (const auto& inst : rc->sim.instances) known = known || inst.id == e.instance;
+      if (!known) return InvalidArgument(ep + ".instance: no instance " + std::to_string(e.instance) + " in the cluster");
+      f.events.push_back(e);
+    }
   }
   return Status::Ok();
 }
@@ -158,27 +250,8 @@ Status ParseCluster(const YAML::Node& n, RunConfig* rc) {
 Status ParseModel(const YAML::Node& n, const std::string& base, RunConfig* rc) {
   const std::string p = "model";
   RETURN_IF_ERROR(CheckKeys(n, p, {"profile", "denoiser", "block_size", "cache"}));
-  const YAML::Node prof = n["profile"];
-  if (!prof) return InvalidArgument("model.profile: missing");
-  RETURN_IF_ERROR(CheckKeys(prof, "model.profile", {"csv", "json"}));
-  if (prof["csv"] && prof["json"]) return InvalidArgument("model.profile: give csv or json, not both");
-  if (prof["csv"]) {
-    ASSIGN_OR_RETURN(std::string csv, Get<std::string>(prof, "model.profile", "csv", std::nullopt));
-    rc->profile_csv = ResolvePath(csv, base);
-  } else if (prof["json"]) {
-    if (!prof["json"].IsMap()) return InvalidArgument("model.profile.json: must map TP degree -> file");
-    for (const auto& kv : prof["json"]) {
-      int tp = 0;
-      try {
-        tp = kv.first.as<int>();
-      } catch (const YAML::Exception&) {
-        return InvalidArgument("model.profile.json: key \"" + kv.first.Scalar() + "\" is not a TP degree");
-      }
-      rc->profile_json[tp] = ResolvePath(kv.second.as<std::string>(), base);
-    }
-  } else {
-    return InvalidArgument("model.profile: needs csv or json");
-  }
+  if (!n["profile"]) return InvalidArgument("model.profile: missing");
+  RETURN_IF_ERROR(ParseProfileRef(n["profile"], "model.profile", base, &rc->profile_csv, &rc->profile_json));
   const YAML::Node d = n["denoiser"];
   if (!d) return InvalidArgument("model.denoiser: missing");
   RETURN_IF_ERROR(CheckKeys(d, "model.denoiser", {"type", "calibration", "model", "problems"}));
@@ -256,7 +329,8 @@ Status ParsePolicy(const YAML::Node& n, const std::string& base, RunConfig* rc) 
 
 Status ParseRun(const YAML::Node& root, const std::string& base, RunConfig* rc) {
   RETURN_IF_ERROR(CheckKeys(root, "", {"name", "seed", "cluster", "model", "policy", "policies", "sweep",
-                                       "workload", "slo", "periods", "output", "timeline_interval_s", "tick_s"}));
+                                       "workload", "slo", "periods", "output", "timeline_interval_s", "tick_s",
+                                       "truth", "faults"}));
   ASSIGN_OR_RETURN(rc->name, Get<std::string>(root, "", "name", std::string("simulation")));
   ASSIGN_OR_RETURN(int64_t seed, Get<int64_t>(root, "", "seed", 1));
   if (seed < 0) return InvalidArgument("seed: must be >= 0");
@@ -305,6 +379,8 @@ Status ParseRun(const YAML::Node& root, const std::string& base, RunConfig* rc) 
   }
   ASSIGN_OR_RETURN(rc->sim.timeline_interval, GetPositive(root, "", "timeline_interval_s", 10.0));
   ASSIGN_OR_RETURN(rc->sim.tick, GetPositive(root, "", "tick_s", 0.25));
+  if (root["truth"]) RETURN_IF_ERROR(ParseTruth(root["truth"], base, rc));
+  if (root["faults"]) RETURN_IF_ERROR(ParseFaults(root["faults"], rc));
   return Status::Ok();
 }
 
@@ -320,17 +396,6 @@ struct RunOutcome {
   double wall_s = 0;
   int64_t events = 0;
 };
-
-// Latency of the request alone on the smallest TP degree at the top threshold.
-double SoloLatency(const policy::RequestSpec& r, const policy::LatencyProfile& profile, int tp, int block,
-                   bool cache, double tokens_per_step) {
-  const double seq = r.prompt_len + r.output_len;
-  const double steps = std::max<double>(std::ceil(static_cast<double>(r.output_len) / block),
-                                        r.output_len / tokens_per_step);
-  if (!cache) return steps * profile.StepSeconds(tp, seq);
-  const double blocks = std::ceil(static_cast<double>(r.output_len) / block);
-  return blocks * profile.StepSeconds(tp, seq) + std::max(0.0, steps - blocks) * profile.StepSeconds(tp, block);
-}
 
 // The denoising model of a run and its requests (lengths from the workload, or from the
 // engine's problems when the engine is in the loop).
@@ -367,11 +432,13 @@ StatusOr<ExperimentModel> BuildModel(const RunConfig& rc, const Calibration& cal
 }
 
 StatusOr<RunOutcome> RunOne(RunConfig rc, const ExperimentOptions& eo) {
-  policy::LatencyProfile profile;
-  if (!rc.profile_csv.empty()) {
-    ASSIGN_OR_RETURN(profile, policy::LatencyProfile::LoadCsv(rc.profile_csv));
-  } else {
-    ASSIGN_OR_RETURN(profile, policy::LatencyProfile::LoadJson(rc.profile_json));
+  ASSIGN_OR_RETURN(policy::LatencyProfile profile, LoadProfileRef(rc.profile_csv, rc.profile_json));
+  std::optional<policy::LatencyProfile> truth;
+  if (!rc.truth_csv.empty() || !rc.truth_json.empty()) {
+    auto t = LoadProfileRef(rc.truth_csv, rc.truth_json);
+    if (!t.ok()) return t.status().WithContext("truth.profile");
+    truth = std::move(*t);
+    rc.sim.truth_profile = &*truth;
   }
   auto cal_or = LoadCalibration(rc.calibration_path);
   if (!cal_or.ok()) return cal_or.status().WithContext("model.denoiser.calibration");
@@ -397,14 +464,9 @@ StatusOr<RunOutcome> RunOne(RunConfig rc, const ExperimentOptions& eo) {
                              profile.source());
     }
   }
-  int solo_tp = 1 << 30;
-  for (const auto& i : rc.sim.instances) solo_tp = std::min(solo_tp, i.tp);
-  for (auto& r : requests) {
-    if (r.slo > 0) continue;  // the trace gave one
-    r.slo = rc.slo_seconds > 0 ? rc.slo_seconds
-                               : rc.slo_scale * SoloLatency(r, profile, solo_tp, rc.sim.policy.block_size,
-                                                            rc.sim.policy.cache, rc.sim.tokens_per_step.front());
-  }
+  // Requests without an SLO from the trace get the configured one (the host defaults it).
+  rc.sim.slo_seconds = rc.slo_seconds;
+  rc.sim.slo_scale = rc.slo_scale;
   rc.sim.progress = eo.progress;
 
   AccuracyFn acc = [&cal](double c) { return cal.AccuracyAt(c); };

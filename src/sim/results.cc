@@ -37,6 +37,11 @@ Summary Summarize(const std::vector<RequestResult>& requests, const std::string&
   double met = 0, q = 0, th = 0, st = 0;
   for (const RequestResult& r : requests) {
     if (r.arrival < from_s || r.arrival >= to_s) continue;
+    if (r.outcome == host::Outcome::kCancelled) {
+      ++s.cancelled;
+      continue;
+    }
+    (r.outcome == host::Outcome::kCompleted ? s.completed : s.failed) += 1;
     lat.push_back(r.latency);
     met += r.met;
     q += r.quality;
@@ -44,7 +49,7 @@ Summary Summarize(const std::vector<RequestResult>& requests, const std::string&
     st += r.steps;
     s.migrations += r.migrations;
   }
-  s.requests = static_cast<int>(lat.size());
+  s.requests = static_cast<int>(lat.size()) + s.cancelled;
   if (lat.empty()) return s;
   const double n = lat.size();
   s.attainment = met / n;
@@ -67,7 +72,10 @@ nlohmann::json SummaryJson(const Summary& s) {
           {"quality", Round(s.quality)},
           {"mean_threshold", Round(s.mean_threshold)},
           {"mean_steps", Round(s.mean_steps)},
-          {"migrations", s.migrations}};
+          {"migrations", s.migrations},
+          {"completed", s.completed},
+          {"cancelled", s.cancelled},
+          {"failed", s.failed}};
 }
 
 Status WriteRunFiles(const std::string& dir, const SimResult& result, const std::vector<Period>& periods,
@@ -78,11 +86,13 @@ Status WriteRunFiles(const std::string& dir, const SimResult& result, const std:
   {
     std::ofstream f(dir + "/requests.csv");
     if (!f) return InvalidArgument("cannot write " + dir + "/requests.csv");
-    f << "id,arrival_s,finish_s,latency_s,slo_s,met,quality,mean_threshold,steps,migrations,priority,prompt_len,output_len\n";
+    f << "id,arrival_s,finish_s,latency_s,slo_s,met,quality,mean_threshold,steps,migrations,priority,prompt_len,"
+         "output_len,outcome\n";
     for (const RequestResult& r : result.requests) {
       f << r.id << ',' << F(r.arrival) << ',' << F(r.finish) << ',' << F(r.latency) << ',' << F(r.slo) << ','
         << (r.met ? 1 : 0) << ',' << F(r.quality) << ',' << F(r.mean_threshold, 4) << ',' << r.steps << ','
-        << r.migrations << ',' << r.priority << ',' << r.prompt_len << ',' << r.output_len << '\n';
+        << r.migrations << ',' << r.priority << ',' << r.prompt_len << ',' << r.output_len << ','
+        << host::OutcomeName(r.outcome) << '\n';
     }
   }
   {
@@ -115,7 +125,9 @@ Status WriteRunFiles(const std::string& dir, const SimResult& result, const std:
   summary["scheduler"] = {{"dispatch_decisions", st.dispatch_decisions}, {"migrations", st.migrations},
                           {"load_control_runs", st.load_control_runs},
                           {"threshold_selections", st.threshold_selections}, {"predictions", st.predictions},
-                          {"predictor_fallbacks", result.predictor_fallbacks}};
+                          {"predictor_fallbacks", result.predictor_fallbacks}, {"lost_steps", st.lost_steps}};
+  summary["faults"] = {{"instance_failures", result.instance_failures}, {"drains", result.drains},
+                       {"failed_batches", result.failed_batches}, {"cancellations", result.cancellations}};
   summary["events"] = result.events;
   summary["instance_steps"] = result.steps;
   summary["request_steps"] = result.request_steps;

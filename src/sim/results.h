@@ -19,6 +19,9 @@ struct Period {
 struct Summary {
   std::string name;  // period name, or "overall"
   int requests = 0;
+  // How they ended: completed, cancelled by the client, or failed (rejected, aborted, or no
+  // instance left). Attainment counts every request that was not cancelled.
+  int completed = 0, cancelled = 0, failed = 0;
   double attainment = 0;
   double mean_latency = 0, p50_latency = 0, p99_latency = 0;
   double quality = 0;

@@ -2,30 +2,75 @@
 
 #include <algorithm>
 #include <chrono>
-#include <deque>
+#include <cmath>
 #include <cstdio>
 #include <memory>
+#include <numbers>
 #include <queue>
-
-#include "predictor/prediction_worker.h"
-#include "predictor/step_predictor.h"
+#include <unordered_map>
 
 namespace tediserve::sim {
 namespace {
 
 using policy::Seconds;
 
+// Counter-based randomness: a draw depends on (seed, stream, index) only, not on the order
+// in which events happen, so faults and step-time errors do not perturb each other.
+uint64_t Mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+double Uniform(uint64_t seed, uint64_t stream, uint64_t index) {
+  const uint64_t h = Mix(Mix(seed ^ (stream * 0xD1B54A32D192ED03ull)) + index);
+  return ((h >> 11) + 0.5) * (1.0 / 9007199254740992.0);  // in (0, 1)
+}
+double StandardNormal(uint64_t seed, uint64_t stream, uint64_t index) {
+  const double u1 = Uniform(seed, stream, 2 * index), u2 = Uniform(seed, stream, 2 * index + 1);
+  return std::sqrt(-2 * std::log(u1)) * std::cos(2 * std::numbers::pi * u2);
+}
+// With nothing running and nothing left to arrive, live requests wait at most this long after
+// the last arrival for an instance to come back before they are reported failed.
+constexpr Seconds kGiveUpAfter = 3600;
+
+enum Stream : uint64_t { kStepTime = 1, kStepFailure, kCancelWho, kCancelWhen, kFaultPick, kFaultTime, kPoisson };
+
 struct StepDoneEvent {
   Seconds time;
   int64_t seq;
-  policy::InstanceId instance;
+  policy::BatchId batch;
   bool operator>(const StepDoneEvent& o) const { return time != o.time ? time > o.time : seq > o.seq; }
 };
 
-struct InFlight {
-  std::vector<policy::StepOutcome> outcomes;
-  std::vector<double> thresholds;
+struct FaultEvent {
+  enum Kind { kFail, kDrain, kAdd, kCancel } kind;
+  Seconds time;
+  int64_t seq;
+  int64_t target;         // instance id, or request id (kCancel)
+  Seconds back_after = 0;  // kFail, kDrain: when the instance is added back
+  bool operator>(const FaultEvent& o) const { return time != o.time ? time > o.time : seq > o.seq; }
 };
+
+Status ValidateFaults(const FaultOptions& f, size_t instances) {
+  if (f.random_failures < 0 || f.random_drains < 0) return InvalidArgument("faults: counts must be >= 0");
+  if (static_cast<size_t>(f.random_failures + f.random_drains) > instances) {
+    return InvalidArgument("faults: " + std::to_string(f.random_failures + f.random_drains) +
+                           " failing or draining instances, but the cluster has " + std::to_string(instances));
+  }
+  for (double p : {f.step_failure_probability, f.cancel_fraction}) {
+    if (!(p >= 0 && p <= 1)) return InvalidArgument("faults: probabilities must be in [0, 1]");
+  }
+  for (double t : {f.window_from, f.window_to, f.recover_after, f.readd_after, f.failure_rate_per_hour}) {
+    if (!(t >= 0) || !std::isfinite(t)) return InvalidArgument("faults: times and rates must be finite and >= 0");
+  }
+  for (const auto& e : f.events) {
+    if (!(e.time >= 0) || !std::isfinite(e.time) || !(e.back_after >= 0) || !std::isfinite(e.back_after)) {
+      return InvalidArgument("faults.events: times must be finite and >= 0");
+    }
+  }
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -34,214 +79,240 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
                              const AccuracyFn& accuracy, const MeasuredQualityFn& measured) {
   const auto wall_start = std::chrono::steady_clock::now();
   if (requests.empty()) return InvalidArgument("workload: no requests");
+  if (options.instances.empty()) return InvalidArgument("cluster: no instances");
   for (size_t i = 0; i < requests.size(); ++i) {
     const auto& r = requests[i];
     if (r.id != static_cast<policy::RequestId>(i)) return InvalidArgument("requests must have ids 0..N-1 in order");
     if (i > 0 && r.arrival < requests[i - 1].arrival) return InvalidArgument("requests must be sorted by arrival");
-    if (!(r.slo > 0)) return InvalidArgument("request " + std::to_string(i) + ": slo must be > 0");
-    if (r.prompt_len <= 0 || r.output_len <= 0) return InvalidArgument("request " + std::to_string(i) + ": lengths must be > 0");
-    if (options.policy.cache && r.output_len % options.policy.block_size != 0) {
-      return InvalidArgument("request " + std::to_string(i) + ": output length " + std::to_string(r.output_len) +
-                             " is not a multiple of the block size " + std::to_string(options.policy.block_size));
+  }
+  if (!(options.step_time_sigma >= 0) || options.step_time_sigma > 3) {
+    return InvalidArgument("truth.step_time_sigma: must be in [0, 3]");
+  }
+  RETURN_IF_ERROR(ValidateFaults(options.faults, options.instances.size()));
+  const policy::LatencyProfile& truth = options.truth_profile != nullptr ? *options.truth_profile : profile;
+  for (const auto& i : options.instances) {
+    if (!truth.HasTp(i.tp)) {
+      return InvalidArgument("truth.profile: TP degree " + std::to_string(i.tp) + " is not in " + truth.source());
     }
   }
 
-  std::unique_ptr<policy::StepEstimator> estimator;
-  std::unique_ptr<predictor::StepPredictor> step_predictor, worker_predictor;
-  predictor::TrainedEstimator* trained = nullptr;  // estimator, when it is the predictor
-  std::unique_ptr<predictor::TrainedEstimator> worker_estimator;
-  std::unique_ptr<predictor::PredictionWorker> worker;  // declared last: joins first
-  if (options.estimator == "oneshot") {
-    if (options.tokens_per_step.size() != options.policy.thresholds.size()) {
-      return InvalidArgument("the one-shot estimator needs tokens per step for every candidate threshold");
-    }
-    estimator = std::make_unique<policy::OneShotEstimator>(options.policy.thresholds, options.tokens_per_step);
-  } else if (options.estimator == "oracle") {
-    estimator = std::make_unique<policy::OracleEstimator>(
-        [&denoiser](policy::RequestId id, double c) { return denoiser.RemainingSteps(id, c); },
-        options.oracle_refresh_tokens);
-  } else if (options.estimator == "predictor") {
-    if (options.tokens_per_step.size() != options.policy.thresholds.size()) {
-      return InvalidArgument("the predictor's one-shot fallback needs tokens per step for every candidate threshold");
-    }
-    auto p = predictor::StepPredictor::Load(options.predictor_model);
-    if (!p.ok()) return p.status().WithContext("policy.predictor");
-    step_predictor = std::make_unique<predictor::StepPredictor>(std::move(*p));
-    const int k = options.predictor_refresh_tokens >= 0 ? options.predictor_refresh_tokens : step_predictor->refresh_tokens();
-    auto t = std::make_unique<predictor::TrainedEstimator>(
-        step_predictor.get(), policy::OneShotEstimator(options.policy.thresholds, options.tokens_per_step), k);
-    trained = t.get();
-    estimator = std::move(t);
-    if (options.predictor_async) {
-      // The worker thread gets its own copy of the model (a StepPredictor is not shared
-      // between threads); arrivals keep predicting inline on the first one.
-      auto q = predictor::StepPredictor::Load(options.predictor_model);
-      if (!q.ok()) return q.status().WithContext("policy.predictor");
-      worker_predictor = std::make_unique<predictor::StepPredictor>(std::move(*q));
-      worker_estimator = std::make_unique<predictor::TrainedEstimator>(
-          worker_predictor.get(), policy::OneShotEstimator(options.policy.thresholds, options.tokens_per_step), k);
-      worker = std::make_unique<predictor::PredictionWorker>(worker_estimator.get(), options.policy.thresholds);
-    }
-  } else {
-    return InvalidArgument("policy.estimator: unknown \"" + options.estimator + "\" (expected oneshot, oracle, predictor)");
-  }
-  policy::PolicyOptions policy_options = options.policy;
-  policy_options.async_predictions = worker != nullptr;
-  ASSIGN_OR_RETURN(auto scheduler, policy::Scheduler::Create(policy_options, &profile, estimator.get(),
-                                                             options.instances));
-  // Async predictions: sent to the worker after each scheduler call, delivered to the
-  // scheduler predictor_latency later in virtual time (the result does not depend on how
-  // fast the thread really is, so runs stay deterministic).
-  struct PendingPrediction {
-    Seconds time;
-    uint64_t ticket;
-  };
-  std::deque<PendingPrediction> predictions;
-  auto send_predictions = [&](Seconds now) {
-    if (worker == nullptr) return;
-    std::vector<policy::RequestState> due = scheduler->TakePredictionRequests();
-    if (due.empty()) return;
-    predictions.push_back({now + options.predictor_latency, worker->Submit(std::move(due))});
-  };
-  std::unordered_map<policy::InstanceId, int> tp_of;
-  for (const auto& i : options.instances) tp_of[i.id] = i.tp;
+  host::HostOptions ho;
+  ho.policy = options.policy;
+  ho.instances = options.instances;
+  ho.estimator.kind = options.estimator;
+  ho.estimator.oracle_refresh_tokens = options.oracle_refresh_tokens;
+  ho.estimator.predictor_model = options.predictor_model;
+  ho.estimator.predictor_refresh_tokens = options.predictor_refresh_tokens;
+  ho.estimator.predictor_async = options.predictor_async;
+  ho.estimator.tokens_per_step = options.tokens_per_step;
+  ho.slo_seconds = options.slo_seconds;
+  ho.slo_scale = options.slo_scale;
+  // Asynchronous predictions are delivered predictor_latency later in virtual time (the
+  // result does not depend on how fast the thread really is, so runs stay deterministic).
+  ho.prediction_delay = options.predictor_latency;
+  ho.accuracy = accuracy;
+  ho.measured = measured;
+  ASSIGN_OR_RETURN(auto host, host::Host::Create(
+                                  std::move(ho), &profile,
+                                  [&denoiser](policy::RequestId id, double c) { return denoiser.RemainingSteps(id, c); }));
+
+  std::unordered_map<policy::InstanceId, policy::InstanceInfo> info_of;
+  for (const auto& i : options.instances) info_of[i.id] = i;
 
   SimResult result;
   result.requests.resize(requests.size());
-  std::vector<double> quality_sum(requests.size(), 0.0), threshold_sum(requests.size(), 0.0);
-  std::vector<int> steps(requests.size(), 0);
-  std::vector<char> finished(requests.size(), 0);
-  std::unordered_map<policy::InstanceId, InFlight> in_flight;
+  std::vector<char> left(requests.size(), 0);
   std::priority_queue<StepDoneEvent, std::vector<StepDoneEvent>, std::greater<>> heap;
-  int64_t seq = 0;
-  size_t next_arrival = 0, num_finished = 0;
-  std::vector<policy::Launch> launches;
-  std::vector<DenoiseCommand> commands;
+  std::priority_queue<FaultEvent, std::vector<FaultEvent>, std::greater<>> faults;
+  int64_t seq = 0, fault_seq = 0;
+  size_t next_arrival = 0, num_left = 0;
+  const FaultOptions& fo = options.faults;
+  const uint64_t fseed = options.seed * 0x2545F4914F6CDD1Dull + 0x7F4A7C15ull;
+  const Seconds horizon = requests.back().arrival;
 
-  auto start_launches = [&](Seconds now) {
-    for (policy::Launch& l : launches) {
-      commands.clear();
-      InFlight f;
-      for (const auto& c : l.batch) {
-        commands.push_back({c.id, c.threshold});
-        f.thresholds.push_back(c.threshold);
-      }
-      f.outcomes = denoiser.Step(commands);
-      if (f.outcomes.size() != commands.size()) return Internal("denoiser returned a wrong number of outcomes");
-      in_flight[l.instance] = std::move(f);
-      heap.push({now + profile.StepSeconds(tp_of.at(l.instance), l.tokens), seq++, l.instance});
-      ++result.steps;
-      result.request_steps += static_cast<int64_t>(l.batch.size());
+  // Faults at given times, at random times on distinct random instances, and Poisson ones.
+  for (const auto& e : fo.events) {
+    faults.push({e.drain ? FaultEvent::kDrain : FaultEvent::kFail, e.time, fault_seq++, e.instance, e.back_after});
+  }
+  {
+    std::vector<policy::InstanceId> pool;
+    for (const auto& i : options.instances) pool.push_back(i.id);
+    const Seconds from = fo.window_from, to = fo.window_to > 0 ? fo.window_to : horizon;
+    const int picks = fo.random_failures + fo.random_drains;
+    for (int k = 0; k < picks; ++k) {  // partial Fisher-Yates: distinct instances
+      const size_t j = k + static_cast<size_t>(Uniform(fseed, kFaultPick, k) * (pool.size() - k));
+      std::swap(pool[k], pool[std::min(j, pool.size() - 1)]);
+      const Seconds t = from + Uniform(fseed, kFaultTime, k) * std::max(0.0, to - from);
+      const bool drain = k >= fo.random_failures;
+      faults.push({drain ? FaultEvent::kDrain : FaultEvent::kFail, t, fault_seq++, pool[k],
+                   drain ? fo.readd_after : fo.recover_after});
     }
-    launches.clear();
+    if (fo.failure_rate_per_hour > 0) {
+      const double rate = fo.failure_rate_per_hour / 3600;
+      int64_t n = 0;
+      for (const auto& i : options.instances) {
+        Seconds t = from;
+        while (true) {
+          t += -std::log(Uniform(fseed, kPoisson, n++)) / rate;
+          if (t >= to) break;
+          faults.push({FaultEvent::kFail, t, fault_seq++, i.id, fo.recover_after});
+        }
+      }
+    }
+  }
+
+  std::vector<DenoiseCommand> commands;
+  std::vector<policy::StepOutcome> outcomes;
+  // Runs what the host decided: step batches onto the heap, records of requests that left,
+  // drained instances stopped (and scheduled to come back).
+  auto absorb = [&](Seconds now) -> Status {
+    host::HostOutput& out = host->output();
+    while (!out.batches.empty() || !out.left.empty() || !out.drained.empty()) {
+      host::HostOutput o = std::move(out);
+      out.clear();
+      for (const policy::StepBatch& b : o.batches) {
+        Seconds d = b.expected_seconds;
+        if (options.truth_profile != nullptr) d = truth.StepSeconds(info_of.at(b.instance).tp, b.tokens);
+        if (options.step_time_sigma > 0) {
+          const double s = options.step_time_sigma;
+          d *= std::exp(s * StandardNormal(fseed, kStepTime, static_cast<uint64_t>(b.id)) - 0.5 * s * s);
+        }
+        heap.push({now + d, seq++, b.id});
+        ++result.steps;
+        result.request_steps += static_cast<int64_t>(b.commands.size());
+      }
+      for (host::RequestRecord& r : o.left) {
+        const size_t id = static_cast<size_t>(r.id);
+        if (id >= left.size() || left[id]) return Internal("request " + std::to_string(r.id) + " left twice");
+        left[id] = 1;
+        ++num_left;
+        denoiser.Finish(r.id);
+        result.cancellations += r.outcome == host::Outcome::kCancelled;
+        result.requests[id] = std::move(r);
+      }
+      for (policy::InstanceId id : o.drained) {
+        RETURN_IF_ERROR(host->RemoveInstance(id, now, false));
+        ++result.drains;
+        Seconds back = fo.readd_after;
+        for (const auto& e : fo.events) {
+          if (e.instance == id && e.drain) back = e.back_after;
+        }
+        faults.push({FaultEvent::kAdd, now + back, fault_seq++, id, 0});
+      }
+    }
     return Status::Ok();
   };
 
-  // Timeline accumulators.
   Seconds next_sample = options.timeline_interval;
-  int window_arrivals = 0, window_done = 0, window_met = 0;
-  double window_latency = 0;
   Seconds next_tick = options.tick;
   Seconds now = 0;
   auto last_progress = wall_start;
-  const Seconds horizon = requests.back().arrival;
 
-  while (num_finished < requests.size()) {
-    // The next event: a step coming back, an arrival, a tick, a timeline sample (in that
-    // order at equal times).
+  while (num_left < requests.size()) {
+    // The next event: a timeline sample, a tick, then a prediction coming back, a step coming
+    // back, an arrival, a fault (in that order at equal times).
     const Seconds t_step = heap.empty() ? 1e300 : heap.top().time;
     const Seconds t_arr = next_arrival < requests.size() ? requests[next_arrival].arrival : 1e300;
-    const Seconds t_pred = predictions.empty() ? 1e300 : predictions.front().time;
-    const Seconds t_min = std::min({t_step, t_arr, t_pred});
-    if (t_min == 1e300) return Internal("simulation stalled with " + std::to_string(requests.size() - num_finished) +
-                                        " unfinished requests and nothing running");
+    const Seconds t_pred = std::min(host->NextPredictionDue(), 1e300);
+    const Seconds t_fault = faults.empty() ? 1e300 : faults.top().time;
+    const Seconds t_min = std::min({t_step, t_arr, t_pred, t_fault});
+    // Nothing can happen any more, or only an instance's return long after the last arrival:
+    // the requests still live have no instance to run on.
+    const bool idle = heap.empty() && next_arrival == requests.size() && t_pred == 1e300;
+    if (t_min == 1e300 || (idle && t_min > horizon + kGiveUpAfter)) {
+      RETURN_IF_ERROR(host->FailAll(now, "no instance was left to run it"));
+      RETURN_IF_ERROR(absorb(now));
+      if (num_left < requests.size()) {
+        return Internal("simulation stalled with " + std::to_string(requests.size() - num_left) +
+                        " requests unaccounted for");
+      }
+      break;
+    }
     if (next_sample <= t_min) {
       now = next_sample;
-      TimelinePoint p;
-      p.t = now;
-      p.arrival_rps = window_arrivals / options.timeline_interval;
-      p.active = static_cast<int>(scheduler->live());
-      p.queued = static_cast<int>(scheduler->waiting());
-      p.mean_threshold = scheduler->MeanThreshold();
-      p.mean_cap = scheduler->MeanCap();
-      p.window_attainment = window_done ? static_cast<double>(window_met) / window_done : 0;
-      p.window_mean_latency = window_done ? window_latency / window_done : 0;
-      result.timeline.push_back(p);
-      window_arrivals = window_done = window_met = 0;
-      window_latency = 0;
+      result.timeline.push_back(host->SampleTimeline(now, options.timeline_interval));
       next_sample += options.timeline_interval;
       continue;
+    }
+    if (next_tick <= t_min && host->scheduler().accepting_instances() == 0) {
+      // No instance takes work: housekeeping cannot change anything until one is back.
+      while (next_tick <= t_min) next_tick += options.tick;
     }
     if (next_tick <= t_min) {
       now = next_tick;
       next_tick += options.tick;
-      scheduler->OnTick(now, &launches);
-      RETURN_IF_ERROR(start_launches(now));
-      send_predictions(now);
+      RETURN_IF_ERROR(host->Tick(now));
+      RETURN_IF_ERROR(absorb(now));
       ++result.events;
       continue;
     }
     ++result.events;
-    if (t_pred <= t_step && t_pred <= t_arr) {
+    if (t_pred <= t_step && t_pred <= t_arr && t_pred <= t_fault) {
       now = t_pred;
-      predictor::PredictionWorker::Result r = worker->Wait(predictions.front().ticket);
-      predictions.pop_front();
-      scheduler->OnPredictions(r.ids, r.predicted, now);
-      RETURN_IF_ERROR(start_launches(now));
-      continue;
-    }
-    if (t_step <= t_arr) {
+      RETURN_IF_ERROR(host->DeliverNextPrediction(now, /*wait=*/true).status());
+    } else if (t_step <= t_arr && t_step <= t_fault) {
       const StepDoneEvent ev = heap.top();
       heap.pop();
       now = ev.time;
-      InFlight f = std::move(in_flight.at(ev.instance));
-      in_flight.erase(ev.instance);
-      for (size_t k = 0; k < f.outcomes.size(); ++k) {
-        const policy::StepOutcome& o = f.outcomes[k];
-        const size_t id = static_cast<size_t>(o.id);
-        quality_sum[id] += o.unmasked * accuracy(f.thresholds[k]);
-        threshold_sum[id] += o.unmasked * f.thresholds[k];
-        steps[id] += 1;
-        if (o.request_done && !finished[id]) {
-          finished[id] = 1;
-          ++num_finished;
-          const policy::RequestSpec& spec = requests[id];
-          RequestResult& rr = result.requests[id];
-          rr.id = spec.id;
-          rr.arrival = spec.arrival;
-          rr.finish = now;
-          rr.latency = now - spec.arrival;
-          rr.slo = spec.slo;
-          rr.met = rr.latency <= spec.slo;
-          const policy::RequestState* st = scheduler->Find(spec.id);
-          rr.migrations = st ? st->migrations : 0;
-          rr.quality = quality_sum[id] / spec.output_len;
-          if (measured) {
-            if (auto q = measured(spec.id)) rr.quality = *q;
-          }
-          rr.mean_threshold = threshold_sum[id] / spec.output_len;
-          rr.steps = steps[id];
-          rr.priority = spec.priority;
-          rr.prompt_len = spec.prompt_len;
-          rr.output_len = spec.output_len;
-          ++window_done;
-          window_met += rr.met;
-          window_latency += rr.latency;
+      const policy::StepBatch* b = host->InFlight(ev.batch);
+      if (b == nullptr) continue;  // lost with its instance
+      if (fo.step_failure_probability > 0 &&
+          Uniform(fseed, kStepFailure, static_cast<uint64_t>(ev.batch)) < fo.step_failure_probability) {
+        ++result.failed_batches;
+        RETURN_IF_ERROR(host->BatchFailed(ev.batch, now));
+      } else {
+        // The step's effect is computed when it completes, so a lost step never happened.
+        commands.clear();
+        for (const auto& c : b->commands) {
+          if (host->scheduler().Find(c.id) != nullptr) commands.push_back({c.id, c.threshold});  // not cancelled
         }
+        outcomes = commands.empty() ? std::vector<policy::StepOutcome>{} : denoiser.Step(commands);
+        if (outcomes.size() != commands.size()) return Internal("denoiser returned a wrong number of outcomes");
+        RETURN_IF_ERROR(host->BatchDone(ev.batch, outcomes, now));
       }
-      scheduler->OnStepDone(ev.instance, f.outcomes, now, &launches);
-      for (const auto& o : f.outcomes) {
-        if (o.request_done) denoiser.Finish(o.id);
-      }
-    } else {
+    } else if (t_arr <= t_fault) {
       const policy::RequestSpec& spec = requests[next_arrival++];
       now = spec.arrival;
       denoiser.Start(spec, options.policy.block_size, options.seed * 0x100000001B3ull + static_cast<uint64_t>(spec.id));
-      scheduler->OnArrival(spec, now, &launches);
-      ++window_arrivals;
+      RETURN_IF_ERROR(host->Submit(spec, now));
+      if (fo.cancel_fraction > 0 && Uniform(fseed, kCancelWho, spec.id) < fo.cancel_fraction) {
+        if (const policy::RequestState* r = host->scheduler().Find(spec.id)) {
+          faults.push({FaultEvent::kCancel, now + Uniform(fseed, kCancelWhen, spec.id) * r->spec.slo, fault_seq++,
+                       spec.id, 0});
+        }
+      }
+    } else {
+      const FaultEvent f = faults.top();
+      faults.pop();
+      now = f.time;
+      const auto id = static_cast<policy::InstanceId>(f.target);
+      switch (f.kind) {
+        case FaultEvent::kFail: {
+          Status s = host->RemoveInstance(id, now, true);
+          if (s.code() == StatusCode::kNotFound) break;  // already down
+          RETURN_IF_ERROR(s);
+          ++result.instance_failures;
+          faults.push({FaultEvent::kAdd, now + f.back_after, fault_seq++, id, 0});
+          break;
+        }
+        case FaultEvent::kDrain: {
+          Status s = host->DrainInstance(id, now);
+          if (s.code() == StatusCode::kNotFound) break;
+          RETURN_IF_ERROR(s);
+          break;
+        }
+        case FaultEvent::kAdd: {
+          Status s = host->AddInstance(info_of.at(id), now);
+          if (s.code() == StatusCode::kAlreadyExists) break;  // came back another way
+          RETURN_IF_ERROR(s);
+          break;
+        }
+        case FaultEvent::kCancel:
+          if (host->scheduler().Find(f.target) != nullptr) RETURN_IF_ERROR(host->Cancel(f.target, now));
+          break;
+      }
     }
-    RETURN_IF_ERROR(start_launches(now));
-    send_predictions(now);
+    RETURN_IF_ERROR(absorb(now));
 
     if (options.progress && (result.events & 0xFFFF) == 0) {
       const auto w = std::chrono::steady_clock::now();
@@ -249,14 +320,12 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
         last_progress = w;
         const double el = std::chrono::duration<double>(w - wall_start).count();
         std::fprintf(stderr, "  [sim] t=%.0fs of %.0fs, %zu/%zu done, %zu live, %.2fM events/s\n", now, horizon,
-                     num_finished, requests.size(), scheduler->live(), result.events / el / 1e6);
+                     num_left, requests.size(), host->live(), result.events / el / 1e6);
       }
     }
   }
-  // Migrations of finished requests were counted by the scheduler; record totals.
-  result.scheduler_stats = scheduler->stats();
-  if (trained != nullptr) result.predictor_fallbacks = trained->fallbacks();
-  if (worker_estimator) result.predictor_fallbacks += worker_estimator->fallbacks();
+  result.scheduler_stats = host->scheduler().stats();
+  result.predictor_fallbacks = host->predictor_fallbacks();
   result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   return result;
 }

@@ -1,7 +1,10 @@
-// The discrete-event simulator: a virtual clock drives the policy core (policy::Scheduler)
-// against simulated instances. An instance runs one step at a time over the batch the
-// scheduler launched; its latency comes from the latency profile, what it unmasks from a
-// DenoiserModel (DESIGN.md section 4). Deterministic: same inputs, same results.
+// The discrete-event simulator: a virtual clock drives the host layer (src/host/, and through
+// it the policy core) against simulated instances. An instance runs one step batch at a time;
+// its duration comes from the latency profile (or a second "truth" profile, with an optional
+// lognormal error, so the policy's model of step time can be wrong), what it unmasks from a
+// DenoiserModel (docs/design.md section 4). Faults can be injected: instance failures with
+// recovery, drains and re-adds, failed step batches, client cancellations. Deterministic:
+// same inputs, same results.
 #pragma once
 
 #include <functional>
@@ -10,11 +13,36 @@
 #include <vector>
 
 #include "common/status.h"
+#include "host/host.h"
 #include "policy/latency_profile.h"
 #include "policy/scheduler.h"
 #include "sim/denoiser.h"
 
 namespace tediserve::sim {
+
+// Faults to inject (all off by default). Random times are drawn from the run's seed.
+struct FaultOptions {
+  struct Event {
+    policy::Seconds time = 0;
+    policy::InstanceId instance = 0;
+    bool drain = false;               // drain (orderly) instead of fail
+    policy::Seconds back_after = 60;  // re-added this long after it failed / finished draining
+  };
+  std::vector<Event> events;          // at given times
+  int random_failures = 0;            // instances that fail at uniform random times in the window
+  int random_drains = 0;              // instances drained at uniform random times in the window
+  policy::Seconds window_from = 0;    // the window (to 0: the last arrival)
+  policy::Seconds window_to = 0;
+  policy::Seconds recover_after = 60;  // a randomly failed instance comes back this much later
+  policy::Seconds readd_after = 60;    // a randomly drained instance is re-added this long after it drained
+  double failure_rate_per_hour = 0;   // per instance: Poisson failures (each recovers after recover_after)
+  double step_failure_probability = 0;  // each step batch fails (its instance survives)
+  double cancel_fraction = 0;         // clients that cancel, at a uniform time within their SLO
+  bool any() const {
+    return !events.empty() || random_failures > 0 || random_drains > 0 || failure_rate_per_hour > 0 ||
+           step_failure_probability > 0 || cancel_fraction > 0;
+  }
+};
 
 struct SimOptions {
   policy::PolicyOptions policy;
@@ -27,32 +55,24 @@ struct SimOptions {
   policy::Seconds predictor_latency = 0.001;  // virtual time from a refresh to its result
   // Historical mean tokens per step at each candidate threshold (the one-shot estimate).
   std::vector<double> tokens_per_step;
+  // SLO of requests that come without one (see host::HostOptions).
+  policy::Seconds slo_seconds = 0;
+  double slo_scale = 0;
   policy::Seconds tick = 0.25;              // housekeeping events (load control, Proteus)
   policy::Seconds timeline_interval = 10;
+  // Truth vs model: step times come from truth_profile (nullptr: the policy's profile) times
+  // a lognormal factor with mean 1 and log-sd step_time_sigma (0: exact).
+  const policy::LatencyProfile* truth_profile = nullptr;
+  double step_time_sigma = 0;
+  FaultOptions faults;
   uint64_t seed = 1;
   bool progress = false;               // a progress line on stderr for long runs
 };
 
-struct RequestResult {
-  policy::RequestId id = 0;
-  policy::Seconds arrival = 0, finish = 0, latency = 0, slo = 0;
-  bool met = false;
-  double quality = 0;         // accuracy of the mix of thresholds its tokens were unmasked at
-                              // (or, with the engine in the loop, 1/0 exact match)
-  double mean_threshold = 0;  // token-weighted
-  int steps = 0;
-  int migrations = 0;
-  int priority = 0;
-  int prompt_len = 0, output_len = 0;
-};
-
-struct TimelinePoint {
-  policy::Seconds t = 0;
-  double arrival_rps = 0;
-  int active = 0, queued = 0;
-  double mean_threshold = 0, mean_cap = 0;
-  double window_attainment = 0, window_mean_latency = 0;  // of requests finished in the window
-};
+using RequestResult = host::RequestRecord;
+using TimelinePoint = host::TimelinePoint;
+using AccuracyFn = host::AccuracyFn;
+using MeasuredQualityFn = host::MeasuredQualityFn;
 
 struct SimResult {
   std::vector<RequestResult> requests;  // by id
@@ -62,15 +82,13 @@ struct SimResult {
   int64_t events = 0;
   int64_t steps = 0;          // instance steps
   int64_t request_steps = 0;  // sum over steps of batch size
+  // Faults (zero without them).
+  int64_t instance_failures = 0, drains = 0, failed_batches = 0, cancellations = 0;
   double wall_seconds = 0;    // not part of any results file (those are byte-identical)
 };
 
-// Per-token accuracy at a threshold (the model's calibration).
-using AccuracyFn = std::function<double(double threshold)>;
-// Measured quality of a finished request, if the denoiser knows it (engine in the loop).
-using MeasuredQualityFn = std::function<std::optional<double>(policy::RequestId)>;
-
-// Requests must have ids 0..N-1 and be sorted by arrival, each with slo > 0.
+// Requests must have ids 0..N-1 and be sorted by arrival; a request without an SLO (slo <= 0)
+// gets the default of options.slo_seconds / slo_scale.
 StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyProfile& profile,
                              DenoiserModel& denoiser, const std::vector<policy::RequestSpec>& requests,
                              const AccuracyFn& accuracy, const MeasuredQualityFn& measured = nullptr);

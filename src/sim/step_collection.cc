@@ -30,10 +30,7 @@ StatusOr<std::vector<predictor::StepLogRow>> CollectStepLog(DenoiserModel& model
       spec.id = static_cast<int64_t>(k) * stride + static_cast<int64_t>(i);
       model.Start(spec, options.block_size, options.seed + i);
       Live l;
-      l.state.spec = spec;
-      l.state.block_size = options.block_size;
-      l.state.num_blocks = (spec.output_len + options.block_size - 1) / options.block_size;
-      l.state.threshold = c;
+      l.state = policy::MakeRequestState(spec, options.block_size, /*cache=*/true, c);
       live.emplace(spec.id, l);
       order_index[spec.id] = i;
       order.push_back(spec.id);

@@ -1,0 +1,84 @@
+#include "policy/proteus.h"
+
+#include <algorithm>
+
+namespace tediserve::policy {
+namespace {
+
+uint64_t SplitMix64(uint64_t* state) {
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+ProteusMix::ProteusMix(Options options)
+    : o_(std::move(options)), mix_(o_.thresholds.size(), 0.0), next_period_(o_.period),
+      work_sum_(o_.thresholds.size(), 0.0), rng_state_(o_.seed ^ 0x5DEECE66Dull) {
+  if (!mix_.empty()) mix_[0] = 1.0;
+}
+
+void ProteusMix::AdvanceTo(Seconds now, double capacity_tokens_per_second) {
+  while (now >= next_period_) {
+    const double rate = arrivals_ / o_.period;
+    rate_ = rate_ < 0 ? rate : o_.smoothing * rate + (1 - o_.smoothing) * rate_;
+    const size_t n = o_.thresholds.size();
+    std::vector<double> work(n, 0.0);
+    for (size_t k = 0; k < n; ++k) work[k] = arrivals_ > 0 ? work_sum_[k] / arrivals_ : 0;
+    // Maximise mean accuracy subject to rate x mean work <= capacity / headroom: with one
+    // budget constraint the optimum mixes at most two thresholds, found along the list.
+    const double budget = capacity_tokens_per_second / o_.headroom;
+    std::vector<double> mix(n, 0.0);
+    if (arrivals_ == 0 || rate_ * work[0] <= budget) {
+      mix[0] = 1;
+    } else if (rate_ * work[n - 1] >= budget) {
+      mix[n - 1] = 1;
+    } else {
+      // The best pair (i < j) with work[i] >= target >= work[j] mixing to exactly the budget.
+      const double target = budget / rate_;
+      double best_acc = -1;
+      for (size_t i = 0; i < n; ++i) {
+        for (size_t j = i + 1; j < n; ++j) {
+          if (!(work[i] >= target && work[j] <= target) || work[i] == work[j]) continue;
+          const double f = (target - work[j]) / (work[i] - work[j]);  // share of i
+          const double acc = f * o_.accuracy[i] + (1 - f) * o_.accuracy[j];
+          if (acc > best_acc) {
+            best_acc = acc;
+            std::fill(mix.begin(), mix.end(), 0.0);
+            mix[i] = f;
+            mix[j] = 1 - f;
+          }
+        }
+      }
+      if (best_acc < 0) mix[n - 1] = 1;
+    }
+    mix_ = mix;
+    arrivals_ = 0;
+    std::fill(work_sum_.begin(), work_sum_.end(), 0.0);
+    next_period_ += o_.period;
+  }
+}
+
+double ProteusMix::OnArrival(const RequestSpec& spec, int num_blocks, double min_threshold, double max_threshold) {
+  ++arrivals_;
+  const double seq = spec.prompt_len + spec.output_len;
+  for (size_t k = 0; k < o_.thresholds.size(); ++k) {
+    const double steps = spec.output_len / o_.tokens_per_step[k];
+    work_sum_[k] += o_.cache ? num_blocks * seq + std::max(0.0, steps - num_blocks) * o_.block_size : steps * seq;
+  }
+  return std::clamp(Draw(), min_threshold, max_threshold);
+}
+
+double ProteusMix::Draw() {
+  const double u = (SplitMix64(&rng_state_) >> 11) * (1.0 / 9007199254740992.0);
+  double acc = 0;
+  for (size_t k = 0; k < mix_.size(); ++k) {
+    acc += mix_[k];
+    if (u < acc) return o_.thresholds[k];
+  }
+  return o_.thresholds.back();
+}
+
+}  // namespace tediserve::policy

@@ -1,0 +1,50 @@
+// Proteus' threshold mix (docs/design.md section 3.5): every period it picks the mix of
+// candidate thresholds that maximises expected accuracy subject to capacity >= headroom x
+// the smoothed observed demand; each arriving request draws one threshold from the mix and
+// keeps it. Kept out of the Scheduler: it is one baseline's state, not the core's.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "policy/request.h"
+
+namespace tediserve::policy {
+
+class ProteusMix {
+ public:
+  struct Options {
+    std::vector<double> thresholds;       // candidates, high to low
+    std::vector<double> tokens_per_step;  // offline T_c per candidate
+    std::vector<double> accuracy;         // offline accuracy per candidate
+    Seconds period = 10;
+    double headroom = 1.05;
+    double smoothing = 0.5;  // weight of the newest period's arrival rate
+    int block_size = 32;
+    bool cache = true;
+    uint64_t seed = 1;
+  };
+  explicit ProteusMix(Options options);
+
+  // Closes every period that ended by `now`; `capacity_tokens_per_second` is the cluster's
+  // (accepting instances) at the token budget.
+  void AdvanceTo(Seconds now, double capacity_tokens_per_second);
+  // Counts an arrival into the current period's demand and draws its threshold, clamped to
+  // [min_threshold, max_threshold] (which the caller has already made consistent).
+  double OnArrival(const RequestSpec& spec, int num_blocks, double min_threshold, double max_threshold);
+  Seconds next_period() const { return next_period_; }
+  const std::vector<double>& mix() const { return mix_; }
+
+ private:
+  double Draw();
+  Options o_;
+  std::vector<double> mix_;
+  Seconds next_period_ = 0;
+  int64_t arrivals_ = 0;   // in the current period
+  double rate_ = -1;       // smoothed arrivals per second; -1 before the first period
+  std::vector<double> work_sum_;  // tokens of this period's arrivals at each candidate
+  uint64_t rng_state_;
+};
+
+}  // namespace tediserve::policy

@@ -1,0 +1,76 @@
+// Which threshold a request's next step uses (fixed, Algorithm 1, caps, Proteus' draw) and
+// the cluster-wide caps of Algorithm 2.
+#include <algorithm>
+
+#include "policy/scheduler.h"
+#include "policy/threshold_controller.h"
+
+namespace tediserve::policy {
+
+void Scheduler::ChooseThreshold(RequestState& r, Seconds now) {
+  const auto& th = options_.thresholds;
+  switch (options_.threshold) {
+    case ThresholdKind::kFixed: {
+      r.threshold = std::clamp(options_.fixed_threshold, r.spec.min_threshold, r.spec.max_threshold);
+      return;
+    }
+    case ThresholdKind::kProteus:
+      return;  // drawn at arrival, kept
+    case ThresholdKind::kCapsOnly: {
+      r.threshold = th[AllowedRange(r, th, r.cap).first];
+      return;
+    }
+    case ThresholdKind::kSloAware:
+    case ThresholdKind::kSloAwareWithCaps: {
+      const double cap = options_.threshold == ThresholdKind::kSloAware ? 1.0 : r.cap;
+      PlacementCost p;
+      if (r.instance >= 0) {
+        const Instance& inst = instances_[instance_index_.at(r.instance)];
+        const int64_t others = inst.next_tokens - r.queued_tokens;
+        p.wait = std::max(0.0, inst.busy_until - now);
+        p.recompute_step = profile_->StepSeconds(inst.info.tp, others + r.spec.prompt_len + r.spec.output_len);
+        p.cache_step = profile_->StepSeconds(inst.info.tp, others + r.block_size);
+      }
+      r.threshold = th[SelectThreshold(r, th, cap, now, p)];
+      ++stats_.threshold_selections;
+      return;
+    }
+  }
+}
+
+void Scheduler::MaybeLoadControl(Seconds now) {
+  if (options_.threshold != ThresholdKind::kSloAwareWithCaps && options_.threshold != ThresholdKind::kCapsOnly) return;
+  if (now - last_load_control_ < options_.load_control_debounce) {
+    load_control_due_ = true;
+    return;
+  }
+  RunLoadControl(now);
+}
+
+void Scheduler::RunLoadControl(Seconds now) {
+  last_load_control_ = now;
+  load_control_due_ = false;
+  ++stats_.load_control_runs;
+  std::vector<RequestState*> ordered;
+  ordered.reserve(order_.size());
+  double slo_sum = 0;
+  for (const OrderKey& key : order_) {
+    RequestState& r = requests_.at(std::get<2>(key));
+    ordered.push_back(&r);
+    slo_sum += r.spec.slo;
+  }
+  if (ordered.empty()) return;
+  const double slo = options_.capacity_slo > 0 ? options_.capacity_slo : slo_sum / ordered.size();
+  ComputeCaps(ordered, options_.thresholds, CapacityTokens(slo));
+  newest_cap_ = ordered.back()->cap;
+}
+
+void Scheduler::AdvanceProteus(Seconds now) {
+  double capacity = 0;
+  for (const Instance& i : instances_) {
+    if (i.accepting) capacity += i.tokens_per_second;
+  }
+  proteus_.AdvanceTo(now, capacity);
+}
+
+}  // namespace tediserve::policy

@@ -1,0 +1,202 @@
+// The simulator's event loop over the host: faults (failures with recovery, drains and
+// re-adds, failed steps, cancellations), step times that differ from the policy's model, and
+// the promise that every request ends with a record.
+#include "sim/simulator.h"
+
+#include <map>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "sim/calibration.h"
+#include "sim/statistical_denoiser.h"
+
+namespace tediserve::sim {
+namespace {
+
+using ::testing::HasSubstr;
+using policy::RequestSpec;
+
+std::string Repo(const std::string& rel) { return std::string(TEDI_SOURCE_DIR) + "/" + rel; }
+
+class SimulatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto p = policy::LatencyProfile::LoadCsv(Repo("data/profiles/llada-8b-base/h100_step_latency_ms.csv"));
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    profile_ = std::move(*p);
+    auto c = LoadCalibration(Repo("data/calibrations/llada-8b-gsm8k.json"));
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    cal_ = std::move(*c);
+  }
+
+  // 16 x TP1, Poisson-like evenly spread arrivals at `rps` for `seconds`.
+  SimOptions Options(const std::string& policy) {
+    SimOptions o;
+    o.policy = *policy::PolicyOptions::Named(policy);
+    o.policy.block_size = 32;
+    for (double c : o.policy.thresholds) {
+      o.tokens_per_step.push_back(cal_.TokensPerStepAt(c));
+      o.policy.tokens_per_step.push_back(cal_.TokensPerStepAt(c));
+      o.policy.accuracy.push_back(cal_.AccuracyAt(c));
+    }
+    for (int i = 0; i < 16; ++i) o.instances.push_back({i, 1, 0, {i}});
+    o.slo_scale = 5;
+    o.seed = 3;
+    return o;
+  }
+  std::vector<RequestSpec> Requests(double rps, double seconds) {
+    std::vector<RequestSpec> rs;
+    for (int i = 0; i < static_cast<int>(rps * seconds); ++i) {
+      RequestSpec r;
+      r.id = i;
+      r.arrival = i / rps;
+      r.prompt_len = 200 + (i * 37) % 400;
+      r.output_len = 256;
+      rs.push_back(r);
+    }
+    return rs;
+  }
+  StatusOr<SimResult> Run(const SimOptions& o, const std::vector<RequestSpec>& rs) {
+    StatisticalDenoiser d(cal_, o.seed);
+    return Simulate(o, profile_, d, rs, [this](double c) { return cal_.AccuracyAt(c); });
+  }
+  static std::map<host::Outcome, int> Outcomes(const SimResult& r) {
+    std::map<host::Outcome, int> n;
+    for (const auto& q : r.requests) ++n[q.outcome];
+    return n;
+  }
+  static double Attainment(const SimResult& r) {
+    int met = 0, n = 0;
+    for (const auto& q : r.requests) {
+      if (q.outcome == host::Outcome::kCancelled) continue;
+      ++n;
+      met += q.met;
+    }
+    return n ? static_cast<double>(met) / n : 0;
+  }
+
+  policy::LatencyProfile profile_;
+  Calibration cal_;
+};
+
+TEST_F(SimulatorTest, FaultsLoseNoRequestAndRunsRepeat) {
+  const auto rs = Requests(30, 120);
+  SimOptions o = Options("tediserve");
+  o.faults.random_failures = 4;
+  o.faults.random_drains = 2;
+  o.faults.recover_after = 20;
+  o.faults.readd_after = 20;
+  o.faults.cancel_fraction = 0.05;
+  auto a = Run(o, rs);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->instance_failures, 4);
+  EXPECT_EQ(a->drains, 2);
+  const auto n = Outcomes(*a);
+  int total = 0;
+  for (const auto& [k, v] : n) total += v;
+  EXPECT_EQ(total, static_cast<int>(rs.size()));  // every request has a record
+  EXPECT_GT(n.at(host::Outcome::kCompleted), 0);
+  // 5% of clients cancel at a random time within their SLO; those whose answer came first
+  // do not count.
+  EXPECT_GT(n.at(host::Outcome::kCancelled), 0);
+  EXPECT_LE(n.at(host::Outcome::kCancelled), 0.07 * rs.size());
+  EXPECT_EQ(a->cancellations, n.at(host::Outcome::kCancelled));
+  for (const auto& q : a->requests) {
+    if (q.outcome != host::Outcome::kCompleted) {
+      EXPECT_FALSE(q.met);
+    }
+    EXPECT_EQ(q.id, &q - a->requests.data());
+  }
+  EXPECT_GT(a->scheduler_stats.lost_steps, 0);  // failures hit batches in flight
+  auto b = Run(o, rs);
+  ASSERT_TRUE(b.ok());
+  ASSERT_EQ(a->requests.size(), b->requests.size());
+  for (size_t i = 0; i < rs.size(); ++i) {
+    EXPECT_EQ(a->requests[i].finish, b->requests[i].finish) << i;
+    EXPECT_EQ(a->requests[i].outcome, b->requests[i].outcome) << i;
+  }
+}
+
+TEST_F(SimulatorTest, FailedStepsAreRetriedAndCounted) {
+  const auto rs = Requests(20, 30);
+  SimOptions o = Options("tediserve");
+  o.faults.step_failure_probability = 0.02;
+  auto r = Run(o, rs);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_GT(r->failed_batches, 0);
+  EXPECT_EQ(r->scheduler_stats.lost_steps >= r->failed_batches, true);
+  int failures = 0;
+  for (const auto& q : r->requests) failures += q.failures;
+  EXPECT_GT(failures, 0);
+  const auto n = Outcomes(*r);
+  EXPECT_EQ(n.at(host::Outcome::kCompleted) + (n.count(host::Outcome::kAborted) ? n.at(host::Outcome::kAborted) : 0),
+            static_cast<int>(rs.size()));
+}
+
+TEST_F(SimulatorTest, RequestsThatCanNeverRunFailWithAReason) {
+  const auto rs = Requests(20, 10);
+  SimOptions o = Options("infaas");
+  for (int i = 0; i < 16; ++i) o.faults.events.push_back({1.0, i, false, 1e9});  // all die, back far too late
+  auto r = Run(o, rs);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const auto n = Outcomes(*r);
+  ASSERT_GT(n.count(host::Outcome::kFailed), 0u);
+  for (const auto& q : r->requests) {
+    if (q.outcome == host::Outcome::kFailed) {
+      EXPECT_THAT(q.reason, HasSubstr("no instance"));
+    }
+  }
+}
+
+TEST_F(SimulatorTest, StepTimeErrorChangesTimesNotTheRequestCount) {
+  const auto rs = Requests(40, 60);
+  SimOptions o = Options("tediserve");
+  auto exact = Run(o, rs);
+  ASSERT_TRUE(exact.ok());
+  o.step_time_sigma = 0.2;
+  auto noisy = Run(o, rs);
+  ASSERT_TRUE(noisy.ok());
+  auto again = Run(o, rs);
+  ASSERT_TRUE(again.ok());
+  int differ = 0;
+  for (size_t i = 0; i < rs.size(); ++i) {
+    differ += exact->requests[i].finish != noisy->requests[i].finish;
+    EXPECT_EQ(noisy->requests[i].finish, again->requests[i].finish);
+  }
+  EXPECT_GT(differ, static_cast<int>(rs.size()) / 2);
+  EXPECT_EQ(Outcomes(*noisy).at(host::Outcome::kCompleted), static_cast<int>(rs.size()));
+  // A truth profile twice as slow as the policy's model: everything takes longer, and the
+  // policy's predictions (busy_until) are corrected from the actual completions.
+  std::vector<std::pair<double, double>> pts;
+  for (double n = 32; n <= 16384; n *= 2) pts.push_back({n, 2 * profile_.StepSeconds(1, n)});
+  auto slow = policy::LatencyProfile::FromPoints({{1, pts}}, "slow");
+  ASSERT_TRUE(slow.ok()) << slow.status().ToString();
+  o.step_time_sigma = 0;
+  o.truth_profile = &*slow;
+  auto slower = Run(o, rs);
+  ASSERT_TRUE(slower.ok()) << slower.status().ToString();
+  double lat_exact = 0, lat_slow = 0;
+  for (size_t i = 0; i < rs.size(); ++i) {
+    lat_exact += exact->requests[i].latency;
+    lat_slow += slower->requests[i].latency;
+  }
+  EXPECT_GT(lat_slow, 1.5 * lat_exact);
+  EXPECT_EQ(Outcomes(*slower).at(host::Outcome::kCompleted), static_cast<int>(rs.size()));
+}
+
+TEST_F(SimulatorTest, BadFaultOptionsAreRefused) {
+  const auto rs = Requests(10, 5);
+  SimOptions o = Options("tediserve");
+  o.faults.random_failures = 17;
+  EXPECT_THAT(Run(o, rs).status().message(), HasSubstr("cluster has 16"));
+  o = Options("tediserve");
+  o.faults.cancel_fraction = 2;
+  EXPECT_THAT(Run(o, rs).status().message(), HasSubstr("[0, 1]"));
+  o = Options("tediserve");
+  o.step_time_sigma = -1;
+  EXPECT_THAT(Run(o, rs).status().message(), HasSubstr("step_time_sigma"));
+}
+
+}  // namespace
+}  // namespace tediserve::sim
