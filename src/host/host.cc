@@ -28,6 +28,9 @@ StatusOr<std::unique_ptr<Host>> Host::Create(HostOptions options, const policy::
   options.estimator.thresholds = options.policy.thresholds;
   std::unique_ptr<Host> h(new Host(std::move(options), profile));
   ASSIGN_OR_RETURN(h->estimators_, Estimators::Create(h->options_.estimator, std::move(truth)));
+  if (h->options_.on_prediction_ready && h->estimators_->worker() != nullptr) {
+    h->estimators_->worker()->SetOnDone([cb = h->options_.on_prediction_ready](uint64_t) { cb(); });
+  }
   policy::PolicyOptions po = h->options_.policy;
   po.async_predictions = h->estimators_->worker() != nullptr;
   ASSIGN_OR_RETURN(h->scheduler_, policy::Scheduler::Create(po, profile, h->estimators_->estimator(),

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -46,6 +47,9 @@ struct HostOptions {
   // virtual latency so its runs stay deterministic; a real loop leaves 0 and takes each
   // result when the prediction thread has it.
   Seconds prediction_delay = 0;
+  // Called on the prediction thread when a result is ready (a real loop posts a wake-up and
+  // then calls DeliverNextPrediction(now, /*wait=*/false)); unset in the simulator.
+  std::function<void()> on_prediction_ready;
   AccuracyFn accuracy;         // per-token accuracy at a threshold (quality of the mix)
   MeasuredQualityFn measured;  // optional: measured quality of a completed request
 };

@@ -198,9 +198,22 @@ TEST_F(ComputeCapsTest, LoadDependsOnProgress) {
   EXPECT_DOUBLE_EQ(c_.cap, 0.9);
 }
 
-TEST(ComputeCapsEmptyTest, NoRequestsIsFine) {
+TEST(ComputeCapsEmptyTest, NoRequestsLeavesOthersAlone) {
+  // An empty pass touches nothing; a following pass over one request still sets its cap.
   std::vector<RequestState*> none;
   ComputeCaps(none, kTh, 100);
+  RequestState r;
+  r.spec.prompt_len = 100;
+  r.spec.output_len = 64;
+  r.block_size = 32;
+  r.num_blocks = 2;
+  r.cap = 0.123;
+  for (size_t k = 0; k < kTh.size(); ++k) r.predicted[k] = 4;
+  std::vector<RequestState*> one{&r};
+  ComputeCaps(one, kTh, 1e9);
+  EXPECT_DOUBLE_EQ(r.cap, kTh.front());  // ample capacity: the top threshold
+  ComputeCaps(one, kTh, 0);
+  EXPECT_DOUBLE_EQ(r.cap, kTh.back());   // none: the lowest
 }
 
 }  // namespace

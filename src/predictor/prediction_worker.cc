@@ -53,7 +53,19 @@ void PredictionWorker::Loop() {
     running_ = 0;
     done_.emplace(ticket, std::move(r));
     done_cv_.notify_all();
+    if (on_done_) {
+      // Outside the lock: the callback may call TryTake (e.g. to post an event to its loop).
+      std::function<void(uint64_t)> cb = on_done_;
+      lock.unlock();
+      cb(ticket);
+      lock.lock();
+    }
   }
+}
+
+void PredictionWorker::SetOnDone(std::function<void(uint64_t ticket)> on_done) {
+  std::lock_guard<std::mutex> lock(mu_);
+  on_done_ = std::move(on_done);
 }
 
 PredictionWorker::Result PredictionWorker::Wait(uint64_t ticket) {

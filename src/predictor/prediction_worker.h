@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -37,6 +38,10 @@ class PredictionWorker {
   Result Wait(uint64_t ticket);
   // Non-blocking: true and the result if the job is done.
   bool TryTake(uint64_t ticket, Result* out);
+  // Called on the worker thread after each job, with its ticket, so that a real event loop
+  // can wake and TryTake the result instead of blocking in Wait (the simulator waits on
+  // purpose: its virtual clock decides when a result arrives).
+  void SetOnDone(std::function<void(uint64_t ticket)> on_done);
 
   int64_t jobs_done() const;
   double busy_seconds() const;  // time spent predicting on the worker thread
@@ -52,6 +57,7 @@ class PredictionWorker {
   uint64_t next_ticket_ = 1;
   uint64_t running_ = 0;  // ticket being predicted, 0 when idle
   bool stop_ = false;
+  std::function<void(uint64_t)> on_done_;
   int64_t jobs_done_ = 0;
   double busy_seconds_ = 0;
   std::thread thread_;  // last: starts after every member above exists

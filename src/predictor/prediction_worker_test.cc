@@ -1,5 +1,8 @@
 #include "predictor/prediction_worker.h"
 
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -12,11 +15,13 @@ class FakeEstimator : public policy::StepEstimator {
  public:
   void Predict(const policy::RequestState& r, std::span<const double>, std::span<double> out) override {
     thread = std::this_thread::get_id();
+    ++requests_seen;  // only the worker thread calls it
     for (size_t k = 0; k < out.size(); ++k) out[k] = (r.num_blocks - r.block) * (10.0 + 10.0 * k);
   }
   int refresh_tokens() const override { return 4; }
   const char* name() const override { return "fake"; }
   std::thread::id thread;
+  int requests_seen = 0;
 };
 
 std::vector<policy::RequestState> States(int n, int block) {
@@ -67,7 +72,36 @@ TEST(PredictionWorkerTest, ManyJobsAndShutdownWithWorkQueued) {
     EXPECT_TRUE(w.TryTake(tickets[10], &early));
     EXPECT_EQ(early.ids.size(), 5u);
   }  // the destructor finishes the rest and joins
-  SUCCEED();
+  // Every queued job ran before the join: 200 jobs of 5 requests each.
+  EXPECT_EQ(est.requests_seen, 200 * 5);
+}
+
+}  // namespace
+}  // namespace tediserve::predictor
+
+namespace tediserve::predictor {
+namespace {
+
+TEST(PredictionWorkerTest, OnDoneWakesALoopThatNeverBlocksInWait) {
+  FakeEstimator est;
+  PredictionWorker w(&est, {0.9, 0.8});
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<uint64_t> done;
+  w.SetOnDone([&](uint64_t t) {
+    std::lock_guard<std::mutex> l(mu);
+    done.push_back(t);
+    cv.notify_all();
+  });
+  const uint64_t a = w.Submit(States(3, 2));
+  const uint64_t b = w.Submit(States(1, 0));
+  std::unique_lock<std::mutex> l(mu);
+  ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(10), [&] { return done.size() == 2; }));
+  EXPECT_EQ(done, (std::vector<uint64_t>{a, b}));
+  PredictionWorker::Result r;
+  ASSERT_TRUE(w.TryTake(b, &r));  // ready, taken without waiting
+  EXPECT_EQ(r.ids.size(), 1u);
+  EXPECT_DOUBLE_EQ(r.predicted[1], 8 * 20.0);
 }
 
 }  // namespace

@@ -395,11 +395,14 @@ struct RunOutcome {
   std::vector<Summary> periods;
   double wall_s = 0;
   int64_t events = 0;
+  int64_t lost_steps = 0, instance_failures = 0, drains = 0, failed_batches = 0, unaccounted = 0;
 };
 
 // The denoising model of a run and its requests (lengths from the workload, or from the
 // engine's problems when the engine is in the loop).
-StatusOr<ExperimentModel> BuildModel(const RunConfig& rc, const Calibration& cal) {
+// Confidence features are computed only when something reads them (the step predictor, step
+// collection): they are a third of a statistical step's cost and change no other result.
+StatusOr<ExperimentModel> BuildModel(const RunConfig& rc, const Calibration& cal, bool need_features) {
   ExperimentModel m;
   m.block_size = rc.sim.policy.block_size;
   m.cache = rc.sim.policy.cache;
@@ -412,7 +415,11 @@ StatusOr<ExperimentModel> BuildModel(const RunConfig& rc, const Calibration& cal
                              " differs from the calibration's block size " + std::to_string(cal.block_size) +
                              " (" + rc.calibration_path + ")");
     }
-    m.denoiser = std::make_unique<StatisticalDenoiser>(cal, rc.seed);
+    StatisticalDenoiserOptions so;
+    so.params = cal.params;
+    so.run_seed = rc.seed;
+    so.features = need_features;
+    m.denoiser = std::make_unique<StatisticalDenoiser>(so);
   } else {
     EngineDenoiserOptions eopt;
     eopt.problems_file = rc.engine_problems;
@@ -453,7 +460,7 @@ StatusOr<RunOutcome> RunOne(RunConfig rc, const ExperimentOptions& eo) {
     rc.sim.policy.accuracy.push_back(cal.AccuracyAt(c));
   }
 
-  ASSIGN_OR_RETURN(ExperimentModel model, BuildModel(rc, cal));
+  ASSIGN_OR_RETURN(ExperimentModel model, BuildModel(rc, cal, rc.sim.estimator == "predictor"));
   std::vector<policy::RequestSpec>& requests = model.requests;
   std::unique_ptr<DenoiserModel>& denoiser = model.denoiser;
   EngineDenoiser* engine = model.engine;
@@ -496,6 +503,21 @@ StatusOr<RunOutcome> RunOne(RunConfig rc, const ExperimentOptions& eo) {
   for (const Period& p : rc.periods) out.periods.push_back(Summarize(res->requests, p.name, p.from_s, p.to_s));
   out.wall_s = res->wall_seconds;
   out.events = res->events;
+  out.lost_steps = res->scheduler_stats.lost_steps;
+  out.instance_failures = res->instance_failures;
+  out.drains = res->drains;
+  out.failed_batches = res->failed_batches;
+  out.unaccounted = res->unaccounted;
+  return out;
+}
+
+// A CSV field's inner text with quotes doubled.
+std::string QuoteCsv(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    out.push_back(c);
+    if (c == '"') out.push_back('"');
+  }
   return out;
 }
 
@@ -529,7 +551,7 @@ StatusOr<ExperimentModel> LoadExperimentModel(const std::string& config_path) {
     RETURN_IF_ERROR(ParseRun(root, fs::path(config_path).parent_path().string(), &rc).WithContext(config_path));
     auto cal = LoadCalibration(rc.calibration_path);
     if (!cal.ok()) return cal.status().WithContext("model.denoiser.calibration");
-    return BuildModel(rc, *cal);
+    return BuildModel(rc, *cal, /*need_features=*/true);
   } catch (const YAML::Exception& e) {
     return InvalidArgument(config_path + ": " + e.msg);
   }
@@ -567,7 +589,20 @@ Status RunExperiment(const ExperimentOptions& eo) {
     std::vector<RunOutcome> outcomes;
     std::string out_root;
     for (const std::string& pol : policies) {
-      for (const YAML::Node& value : sweep_values) {
+      for (size_t vi = 0; vi < sweep_values.size(); ++vi) {
+        const YAML::Node& value = sweep_values[vi];
+        // A scalar value names its run; a mapping (e.g. a whole faults section) is run
+        // "case<i>" and labelled with its flow form.
+        std::string label;
+        if (!sweep_key.empty()) {
+          if (value.IsScalar()) {
+            label = value.as<std::string>();
+          } else {
+            YAML::Emitter em;
+            em << YAML::Flow << value;
+            label = em.c_str();
+          }
+        }
         YAML::Node cfg = YAML::Clone(root);
         if (!cfg["policy"]) cfg["policy"] = YAML::Node(YAML::NodeType::Map);
         SetPath(cfg, {"policy", "name"}, 0, YAML::Node(pol));
@@ -575,7 +610,7 @@ Status RunExperiment(const ExperimentOptions& eo) {
         if (!sweep_key.empty()) {
           SetPath(cfg, SplitDots(sweep_key), 0, value);
           tag.push_back('_');
-          tag.append(value.as<std::string>());
+          tag.append(value.IsScalar() ? label : "case" + std::to_string(vi));
         }
         RunConfig rc;
         Status s = ParseRun(cfg, base, &rc);
@@ -586,10 +621,10 @@ Status RunExperiment(const ExperimentOptions& eo) {
         if (!eo.quiet) std::fprintf(stderr, "running %s ...\n", tag.c_str());
         ASSIGN_OR_RETURN(RunOutcome o, RunOne(std::move(rc), eo));
         if (!sweep_key.empty()) {
-          o.x = value.as<std::string>();
+          o.x = label;
           try {
-            o.x_value = value.as<double>();
-            o.x_numeric = true;
+            o.x_value = value.IsScalar() ? value.as<double>() : 0;
+            o.x_numeric = value.IsScalar();
           } catch (const YAML::Exception&) {
             o.x_value = 0;
           }
@@ -615,6 +650,24 @@ Status RunExperiment(const ExperimentOptions& eo) {
       row(o.overall, o.policy);
       for (const Summary& p : o.periods) row(p, o.policy + " (" + p.name + ")");
     }
+    // Where requests did not all complete (faults, cancellations), how each run's ended.
+    const bool any_incomplete = std::any_of(outcomes.begin(), outcomes.end(), [](const RunOutcome& o) {
+      return o.overall.completed != o.overall.requests || o.instance_failures > 0 || o.drains > 0;
+    });
+    if (any_incomplete) {
+      std::printf("\n| policy |%s completed | cancelled | failed | unaccounted | instance failures | drains | failed steps | "
+                  "lost request steps |\n",
+                  sweep_key.empty() ? "" : (" " + sweep_key + " |").c_str());
+      std::printf("|---|%s---|---|---|---|---|---|---|---|\n", sweep_key.empty() ? "" : "---|");
+      for (const RunOutcome& o : outcomes) {
+        const Summary& s = o.overall;
+        std::printf("| %s |%s %d | %d | %d | %d | %lld | %lld | %lld | %lld |\n", o.policy.c_str(),
+                    sweep_key.empty() ? "" : (" " + o.x + " |").c_str(), s.completed, s.cancelled, s.failed,
+                    static_cast<int>(o.unaccounted), static_cast<long long>(o.instance_failures),
+                    static_cast<long long>(o.drains), static_cast<long long>(o.failed_batches),
+                    static_cast<long long>(o.lost_steps));
+      }
+    }
     std::error_code ec;
     fs::create_directories(out_root, ec);
     if (!sweep_key.empty()) {
@@ -623,7 +676,8 @@ Status RunExperiment(const ExperimentOptions& eo) {
       if (!f) return InvalidArgument("cannot write " + sweep_csv);
       f << "policy,x,attainment,mean_latency_s,p50_latency_s,p99_latency_s,quality,mean_threshold\n";
       for (const RunOutcome& o : outcomes) {
-        f << o.policy << ',' << o.x << ',' << Fmt("%.6f", o.overall.attainment) << ','
+        const std::string x = o.x.find_first_of(",\"") == std::string::npos ? o.x : "\"" + QuoteCsv(o.x) + "\"";
+        f << o.policy << ',' << x << ',' << Fmt("%.6f", o.overall.attainment) << ','
           << Fmt("%.6f", o.overall.mean_latency) << ',' << Fmt("%.6f", o.overall.p50_latency) << ','
           << Fmt("%.6f", o.overall.p99_latency) << ',' << Fmt("%.6f", o.overall.quality) << ','
           << Fmt("%.6f", o.overall.mean_threshold) << '\n';
@@ -632,7 +686,9 @@ Status RunExperiment(const ExperimentOptions& eo) {
       // Goodput: the hardest sweep value with >= 90% attainment, per policy. Every sweep key
       // makes the load heavier as it grows except the SLO scale, where smaller is harder.
       const bool smaller_is_harder = sweep_key == "slo.scale";
-      const bool numeric = std::all_of(outcomes.begin(), outcomes.end(), [](const RunOutcome& o) { return o.x_numeric; });
+      // Sweeps that change what is modelled rather than the load (truth.*, faults) have no goodput.
+      const bool numeric = std::all_of(outcomes.begin(), outcomes.end(), [](const RunOutcome& o) { return o.x_numeric; }) &&
+                           sweep_key.rfind("truth.", 0) != 0 && sweep_key.rfind("faults", 0) != 0;
       if (numeric) {
         std::printf("\n%s (%s %s with >= 90%% SLO attainment):", smaller_is_harder ? "tightest SLO" : "goodput",
                     smaller_is_harder ? "lowest" : "highest", sweep_key.c_str());

@@ -324,6 +324,7 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
       }
     }
   }
+  result.unaccounted = static_cast<int64_t>(requests.size() - num_left);
   result.scheduler_stats = host->scheduler().stats();
   result.predictor_fallbacks = host->predictor_fallbacks();
   result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();

@@ -84,6 +84,7 @@ struct SimResult {
   int64_t request_steps = 0;  // sum over steps of batch size
   // Faults (zero without them).
   int64_t instance_failures = 0, drains = 0, failed_batches = 0, cancellations = 0;
+  int64_t unaccounted = 0;    // requests of the workload without a record (0 unless a bug)
   double wall_seconds = 0;    // not part of any results file (those are byte-identical)
 };
 

@@ -59,9 +59,21 @@ TEST_F(StepCollection, BadInput) {
   StatisticalDenoiser d(cal_, 5);
   const double th[] = {0.9};
   CollectionOptions o;
-  EXPECT_FALSE(CollectStepLog(d, {}, th, o).ok());
+  auto expect_bad = [&](const StatusOr<std::vector<predictor::StepLogRow>>& r, const std::string& what) {
+    ASSERT_FALSE(r.ok()) << what;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(what), std::string::npos) << r.status().message();
+  };
+  expect_bad(CollectStepLog(d, {}, th, o), "no requests");
   o.id_stride = 3;
-  EXPECT_FALSE(CollectStepLog(d, Specs(5), th, o).ok());
+  expect_bad(CollectStepLog(d, Specs(5), th, o), "id stride below the request count");
+  o = CollectionOptions();
+  o.batch = 0;
+  expect_bad(CollectStepLog(d, Specs(5), th, o), "block size and batch must be > 0");
+  o = CollectionOptions();
+  auto no_output = Specs(2);
+  no_output[1].output_len = 0;
+  expect_bad(CollectStepLog(d, no_output, th, o), "request 1 has no output");
 }
 
 // The whole training path on the simulator's LLaDA model: the confidence features must beat

@@ -100,6 +100,34 @@ TEST_F(SimulateTest, PoliciesAndSweepMakeATable) {
   EXPECT_TRUE(fs::exists(o + "/infaas_20/summary.json"));
 }
 
+TEST_F(SimulateTest, FaultsAndStepTimeErrorEndEveryRequestWithARecord) {
+  const std::string o = Out("faults");
+  const auto r = RunCli(
+      {"simulate",
+       Write("f.yaml", SmallConfig(o, "truth: {step_time_sigma: 0.2}\n"
+                                      "sweep:\n  key: faults\n  values:\n    - {}\n"
+                                      "    - {random_failures: 1, random_drains: 1, recover_after_s: 10, readd_after_s: 10,"
+                                      " cancel_fraction: 0.1, from_s: 10, to_s: 40,"
+                                      " events: [{time_s: 20, instance: 3, kind: fail, back_after_s: 5}]}\n")),
+       "--no-plots", "--quiet"});
+  ExpectSuccess(r);
+  EXPECT_THAT(r.out, HasSubstr("| unaccounted |"));
+  const auto clean = nlohmann::json::parse(ReadFile(o + "/tediserve_case0/summary.json"));
+  const auto hit = nlohmann::json::parse(ReadFile(o + "/tediserve_case1/summary.json"));
+  EXPECT_EQ(clean["faults"]["instance_failures"].get<int>(), 0);
+  EXPECT_GE(hit["faults"]["instance_failures"].get<int>(), 2);
+  EXPECT_EQ(hit["faults"]["drains"].get<int>(), 1);
+  const auto& ov = hit["overall"];
+  EXPECT_GT(ov["cancelled"].get<int>(), 0);
+  EXPECT_EQ(ov["completed"].get<int>() + ov["cancelled"].get<int>() + ov["failed"].get<int>(), ov["requests"].get<int>());
+  // Every request has a row with how it ended.
+  const auto rows = Lines(ReadFile(o + "/tediserve_case1/requests.csv"));
+  EXPECT_EQ(rows.size(), static_cast<size_t>(ov["requests"].get<int>()) + 1);
+  for (size_t i = 1; i < rows.size(); ++i) {
+    EXPECT_THAT(rows[i], ::testing::MatchesRegex(".*,(completed|cancelled|failed|aborted|rejected)")) << rows[i];
+  }
+}
+
 TEST_F(SimulateTest, TraceFileInAndOut) {
   const std::string trace = Write("t.csv",
                                   "arrival_s,prompt_len,output_len,slo_s,priority\n"
@@ -198,7 +226,18 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"MissingProfile", "h100_step_latency_ms.csv", "no_such_profile.csv", "no_such_profile.csv"},
         BadCase{"UnknownDenoiser", "type: statistical", "type: magic", "model.denoiser.type"},
         BadCase{"NotAMultipleOfBlock", "output_len: 256", "output_len: 250", "multiple of the block size"},
-        BadCase{"YamlSyntax", "slo: {scale: 5}", "slo: {scale: 5", "bad.yaml"}),
+        BadCase{"YamlSyntax", "slo: {scale: 5}", "slo: {scale: 5", "bad.yaml"},
+        BadCase{"UnknownFaultField", "slo: {scale: 5}", "slo: {scale: 5}\nfaults: {explode: 1}", "faults.explode: unknown field"},
+        BadCase{"TooManyFailures", "slo: {scale: 5}", "slo: {scale: 5}\nfaults: {random_failures: 5}", "cluster has 4"},
+        BadCase{"BadCancelFraction", "slo: {scale: 5}", "slo: {scale: 5}\nfaults: {cancel_fraction: 1.5}", "[0, 1]"},
+        BadCase{"FaultOnUnknownInstance", "slo: {scale: 5}",
+                "slo: {scale: 5}\nfaults: {events: [{time_s: 3, instance: 9}]}", "faults.events[0].instance"},
+        BadCase{"BadFaultKind", "slo: {scale: 5}",
+                "slo: {scale: 5}\nfaults: {events: [{time_s: 3, instance: 1, kind: melt}]}", "faults.events[0].kind"},
+        BadCase{"NegativeSigma", "slo: {scale: 5}", "slo: {scale: 5}\ntruth: {step_time_sigma: -0.1}",
+                "truth.step_time_sigma"},
+        BadCase{"MissingTruthProfile", "slo: {scale: 5}", "slo: {scale: 5}\ntruth: {profile: {csv: no_truth.csv}}",
+                "no_truth.csv"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST_F(SimulateTest, MalformedTraceNamesTheLine) {
