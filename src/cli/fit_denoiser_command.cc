@@ -1,5 +1,6 @@
 // `tediserve fit-denoiser`: see fit_denoiser_command.h.
 #include "cli/fit_denoiser_command.h"
+#include "cli/model_setup.h"
 
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -12,8 +13,7 @@ namespace {
 using namespace tediserve::sim;
 
 int Fail(const Status& s) {
-  std::cerr << "error: " << s.message() << "\n";
-  return s.code() == StatusCode::kInternal ? 1 : 2;
+  return ReportError(s);
 }
 
 int FitAndSave(const FitTargets& t, const std::string& out) {

@@ -39,13 +39,13 @@ StatusOr<Lengths> ResolveLengths(const std::optional<int>& gen, const std::optio
 
 int ReportError(const Status& status) {
   std::cerr << "error: " << status.message() << "\n";
-  return status.code() == StatusCode::kInternal ? 1 : 2;
+  return ExitCode(status);  // the one mapping (common/status.h)
 }
 
 Status OpenStepLog(const std::string& path, std::ofstream* out) {
   if (path.empty()) return Status::Ok();
   out->open(path);
-  if (!*out) return InvalidArgument("cannot write step log " + path);
+  if (!*out) return IoError("cannot write step log " + path);
   return Status::Ok();
 }
 

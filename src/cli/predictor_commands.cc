@@ -148,7 +148,7 @@ int RunTrainPredictor(const TrainPredictorArgs& a) {
     for (const auto& p : r.refresh) j["refresh"].push_back({{"k", p.k}, {"mape", p.mape}, {"refreshes", p.refreshes_per_request},
                                        {"predict_us", p.predict_us_per_request}});
     std::ofstream f(a.json);
-    if (!(f << j.dump(1) << '\n')) return ReportError(InvalidArgument("cannot write " + a.json));
+    if (!(f << j.dump(1) << '\n')) return ReportError(IoError("cannot write " + a.json));
   }
   return 0;
 }

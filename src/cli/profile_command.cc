@@ -207,7 +207,7 @@ int RunProfile(const ProfileArgs& a) {
   std::ofstream file;
   if (!a.out.empty()) {
     file.open(a.out);
-    if (!file) return ReportError(InvalidArgument("cannot write " + a.out));
+    if (!file) return ReportError(IoError("cannot write " + a.out));
   }
 
   std::vector<std::unique_ptr<engine::DiffusionEngine>> engines;

@@ -17,6 +17,7 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kCancelled: return "CANCELLED";
     case StatusCode::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
     case StatusCode::kResourceExhausted: return "RESOURCE_EXHAUSTED";
+    case StatusCode::kIoError: return "IO_ERROR";
   }
   return "UNKNOWN";
 }
@@ -37,6 +38,7 @@ int ExitCode(StatusCode code) {
     case StatusCode::kCancelled:
     case StatusCode::kDeadlineExceeded:
     case StatusCode::kResourceExhausted:
+    case StatusCode::kIoError:
       return 1;
   }
   return 1;
@@ -56,6 +58,7 @@ int HttpStatus(StatusCode code) {
     case StatusCode::kUnavailable: return 503;
     case StatusCode::kDeadlineExceeded: return 504;
     case StatusCode::kDataLoss:
+    case StatusCode::kIoError:
     case StatusCode::kInternal: return 500;
   }
   return 500;

@@ -22,6 +22,7 @@ enum class StatusCode {
   kCancelled,          // the client (or an operator) cancelled the operation
   kDeadlineExceeded,   // the operation's deadline passed before it finished
   kResourceExhausted,  // a queue, memory or token budget is full
+  kIoError,            // reading or writing a file failed for a reason other than its content
 };
 
 class Status {
@@ -58,17 +59,20 @@ inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std
 inline Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 inline Status DeadlineExceeded(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
 inline Status ResourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
+inline Status IoError(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
 
 const char* StatusCodeName(StatusCode code);
 
 // The one mapping of codes to process exit codes and HTTP statuses (docs/design.md, "Errors").
 // Exit codes: 0 ok; 2 the input was bad (a flag, a config or model file, a trace: fix it and
-// rerun); 1 the run failed for another reason (cannot write, internal error, unavailable).
+// rerun); 1 the run failed for another reason (an output that cannot be written, an internal
+// error, something unavailable).
 int ExitCode(StatusCode code);
 inline int ExitCode(const Status& s) { return ExitCode(s.code()); }
 // HTTP: 400 invalid argument / out of range, 404 not found, 409 already exists, 412 failed
 // precondition, 429 resource exhausted, 499 cancelled (client closed request), 501
-// unimplemented, 503 unavailable, 504 deadline exceeded, 500 everything else.
+// unimplemented, 503 unavailable, 504 deadline exceeded, 500 everything else (data loss, I/O,
+// internal).
 int HttpStatus(StatusCode code);
 
 // Either a value or a non-ok Status.

@@ -113,7 +113,7 @@ StatusOr<std::vector<StepLogRow>> ReadStepLog(const std::string& path) {
 
 Status WriteStepLog(const std::string& path, const std::vector<StepLogRow>& rows) {
   std::ofstream f(path);
-  if (!f) return InvalidArgument("cannot write step log " + path);
+  if (!f) return IoError("cannot write step log " + path);
   for (const StepLogRow& r : rows) f << StepLogRowJson(r) << '\n';
   f.close();
   if (!f) return DataLoss("writing step log " + path + " failed");

@@ -388,7 +388,7 @@ Status SaveCalibration(const std::string& path, const Calibration& c) {
     j["fit"] = {{"tokens_per_step", c.fitted_tokens_per_step}, {"steps_cv", c.fitted_steps_cv}};
   j["source"] = c.source;
   std::ofstream out(path);
-  if (!out) return InvalidArgument("cannot write calibration " + path);
+  if (!out) return IoError("cannot write calibration " + path);
   out << j.dump(2) << "\n";
   out.close();
   if (!out) return Internal("error writing calibration " + path);

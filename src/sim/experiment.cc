@@ -277,7 +277,7 @@ Status ParsePolicy(const YAML::Node& n, const std::string& base, RunConfig* rc) 
   RETURN_IF_ERROR(CheckKeys(n, p, {"name", "thresholds", "fixed_threshold", "estimator", "oracle_refresh_tokens", "predictor",
                                    "predictor_refresh_tokens", "predictor_async", "predictor_latency_s",
                                    "load_control_debounce_s", "capacity_slo_s", "capacity_concurrency", "llumnix_margin_tokens",
-                                   "proteus_period_s", "proteus_headroom"}));
+                                   "proteus_period_s", "proteus_headroom", "max_live_requests", "max_step_failures"}));
   ASSIGN_OR_RETURN(std::string name, Get<std::string>(n, p, "name", std::nullopt));
   auto named = policy::PolicyOptions::Named(name);
   if (!named.ok()) return named.status().WithContext("policy.name");
@@ -323,6 +323,9 @@ Status ParsePolicy(const YAML::Node& n, const std::string& base, RunConfig* rc) 
   ASSIGN_OR_RETURN(o.llumnix_margin_tokens, GetPositiveInt(n, p, "llumnix_margin_tokens", 4096));
   ASSIGN_OR_RETURN(o.proteus_period, GetPositive(n, p, "proteus_period_s", 10.0));
   ASSIGN_OR_RETURN(o.proteus_headroom, GetPositive(n, p, "proteus_headroom", 1.05));
+  ASSIGN_OR_RETURN(o.max_live_requests, Get<int>(n, p, "max_live_requests", 0));
+  if (o.max_live_requests < 0) return InvalidArgument("policy.max_live_requests: must be >= 0 (0: no limit)");
+  ASSIGN_OR_RETURN(o.max_step_failures, GetPositiveInt(n, p, "max_step_failures", 3));
   rc->sim.policy = o;
   return Status::Ok();
 }
@@ -673,7 +676,7 @@ Status RunExperiment(const ExperimentOptions& eo) {
     if (!sweep_key.empty()) {
       const std::string sweep_csv = out_root + "/sweep.csv";
       std::ofstream f(sweep_csv);
-      if (!f) return InvalidArgument("cannot write " + sweep_csv);
+      if (!f) return IoError("cannot write " + sweep_csv);
       f << "policy,x,attainment,mean_latency_s,p50_latency_s,p99_latency_s,quality,mean_threshold\n";
       for (const RunOutcome& o : outcomes) {
         const std::string x = o.x.find_first_of(",\"") == std::string::npos ? o.x : "\"" + QuoteCsv(o.x) + "\"";

@@ -82,10 +82,10 @@ Status WriteRunFiles(const std::string& dir, const SimResult& result, const std:
                      const nlohmann::json& run_info) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return InvalidArgument("output.dir: cannot create " + dir + ": " + ec.message());
+  if (ec) return IoError("output.dir: cannot create " + dir + ": " + ec.message());
   {
     std::ofstream f(dir + "/requests.csv");
-    if (!f) return InvalidArgument("cannot write " + dir + "/requests.csv");
+    if (!f) return IoError("cannot write " + dir + "/requests.csv");
     f << "id,arrival_s,finish_s,latency_s,slo_s,met,quality,mean_threshold,steps,migrations,priority,prompt_len,"
          "output_len,outcome\n";
     for (const RequestResult& r : result.requests) {
@@ -97,7 +97,7 @@ Status WriteRunFiles(const std::string& dir, const SimResult& result, const std:
   }
   {
     std::ofstream f(dir + "/timeline.csv");
-    if (!f) return InvalidArgument("cannot write " + dir + "/timeline.csv");
+    if (!f) return IoError("cannot write " + dir + "/timeline.csv");
     f << "t_s,arrival_rps,active,queued,mean_threshold,mean_cap,window_attainment,window_mean_latency_s\n";
     for (const TimelinePoint& p : result.timeline) {
       f << F(p.t, 3) << ',' << F(p.arrival_rps, 4) << ',' << p.active << ',' << p.queued << ','
@@ -110,7 +110,7 @@ Status WriteRunFiles(const std::string& dir, const SimResult& result, const std:
   nlohmann::json per = nlohmann::json::array();
   {
     std::ofstream f(dir + "/periods.csv");
-    if (!f) return InvalidArgument("cannot write " + dir + "/periods.csv");
+    if (!f) return IoError("cannot write " + dir + "/periods.csv");
     f << "period,from_s,to_s,requests,attainment,mean_latency_s,p50_latency_s,p99_latency_s,quality,mean_threshold\n";
     for (const Period& p : periods) {
       const Summary s = Summarize(result.requests, p.name, p.from_s, p.to_s);
@@ -132,7 +132,7 @@ Status WriteRunFiles(const std::string& dir, const SimResult& result, const std:
   summary["instance_steps"] = result.steps;
   summary["request_steps"] = result.request_steps;
   std::ofstream f(dir + "/summary.json");
-  if (!f) return InvalidArgument("cannot write " + dir + "/summary.json");
+  if (!f) return IoError("cannot write " + dir + "/summary.json");
   f << summary.dump(1) << '\n';
   return Status::Ok();
 }

@@ -148,6 +148,16 @@ inline void ExpectBadInput(const RunResult& r, const std::string& what) {
   EXPECT_THAT(r.err, HasSubstr(what)) << r.Describe();
 }
 
+// A run that failed for a reason other than its input (e.g. an output that cannot be
+// written): a normal exit with code 1 and `what` on stderr (docs/design.md, "Errors").
+inline void ExpectRunFailure(const RunResult& r, const std::string& what) {
+  ASSERT_TRUE(r.spawned) << r.Describe();
+  ASSERT_FALSE(r.timed_out) << "the CLI hung: " << r.Describe();
+  ASSERT_TRUE(WIFEXITED(r.wait_status)) << "the CLI crashed: " << r.Describe();
+  EXPECT_EQ(r.code(), 1) << r.Describe();
+  EXPECT_THAT(r.err, HasSubstr(what)) << r.Describe();
+}
+
 inline void ExpectSuccess(const RunResult& r) {
   ASSERT_TRUE(r.spawned) << r.Describe();
   ASSERT_FALSE(r.timed_out) << "the CLI hung: " << r.Describe();

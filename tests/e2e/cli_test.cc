@@ -252,7 +252,7 @@ TEST(CliGenerate, BadTemperature) {
 TEST(CliGenerate, StepLogUnwritable) {
   TempDir tmp("tedi_cli_log");
   RunResult r = RunCli(Gen({"12+7=", "--step-log", tmp.File("no/such/dir/log.jsonl")}));
-  ExpectBadInput(r, "cannot write step log");
+  ExpectRunFailure(r, "cannot write step log");
 }
 
 // --- bad eval / bench arguments ---------------------------------------------------------
