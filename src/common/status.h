@@ -61,7 +61,8 @@ inline Status ResourceExhausted(std::string m) { return {StatusCode::kResourceEx
 
 const char* StatusCodeName(StatusCode code);
 
-// The one mapping of codes to process exit codes and HTTP statuses (docs/design.md, "Errors").
+// The one mapping of codes to process exit codes and HTTP statuses (docs/design.md
+// section 6, Errors).
 // Exit codes: 0 ok; 2 the input was bad (a flag, a config or model file, a trace: fix it and
 // rerun); 1 the run failed for another reason (cannot write, internal error, unavailable).
 int ExitCode(StatusCode code);
