@@ -1,5 +1,5 @@
 // `tediserve fit-denoiser`: fits a calibration of the simulator's statistical denoising model
-// (DESIGN.md section 4 (b), data/calibrations/README.md) and measures its speed.
+// (docs/design.md section 4.2 (b), data/calibrations/README.md) and measures its speed.
 //   fit-denoiser targets  measured targets given as flags -> calibration JSON
 //   fit-denoiser logs     `tediserve eval --step-log/--json` outputs -> calibration JSON
 //   fit-denoiser bench    simulated request-steps per second, with and without features

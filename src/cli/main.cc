@@ -5,6 +5,8 @@
 //   profile   step latency by batch tokens and TP degree (a latency profile for the simulator)
 //   simulate  discrete-event simulation of a cluster, a policy and a workload
 //   fit-denoiser  fit (or benchmark) the simulator's statistical denoising model
+//   collect-steps    step logs for the step predictor: requests under every candidate threshold
+//   train-predictor  train the step predictor (XGBoost) from step logs, with a held-out report
 #include <CLI/CLI.hpp>
 #include <iostream>
 

@@ -1,4 +1,4 @@
-// The step predictor's commands (DESIGN.md 3.3):
+// The step predictor's commands (docs/design.md section 3.3):
 //   collect-steps    step logs: requests run under every candidate threshold, one row per step
 //   train-predictor  step logs -> XGBoost model file, with a held-out report
 #pragma once

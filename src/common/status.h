@@ -63,7 +63,8 @@ inline Status IoError(std::string m) { return {StatusCode::kIoError, std::move(m
 
 const char* StatusCodeName(StatusCode code);
 
-// The one mapping of codes to process exit codes and HTTP statuses (docs/design.md, "Errors").
+// The one mapping of codes to process exit codes and HTTP statuses (docs/design.md
+// section 6, Errors).
 // Exit codes: 0 ok; 2 the input was bad (a flag, a config or model file, a trace: fix it and
 // rerun); 1 the run failed for another reason (an output that cannot be written, an internal
 // error, something unavailable).

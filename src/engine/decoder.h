@@ -1,4 +1,5 @@
-// Denoising steps with the semantics of DESIGN.md section 2, batched across requests.
+// Denoising steps with the semantics of docs/design.md sections 2.4-2.5, batched across
+// requests.
 //
 // A request is a sequence prompt + O mask tokens decoded in blocks of B positions, left to
 // right. Each step unmasks every masked position of the current block whose confidence
@@ -38,7 +39,8 @@ struct DecodeOptions {
 enum class StepKind { kRecompute, kCache };
 const char* StepKindName(StepKind kind);
 
-// The candidate thresholds whose "clears it" counts a step reports (DESIGN.md 3.3).
+// The candidate thresholds whose "clears it" counts a step reports (docs/design.md
+// section 2.6).
 inline constexpr std::array<float, 5> kCandidateThresholds = {0.9f, 0.8f, 0.7f, 0.6f, 0.5f};
 
 // Summary of a set of confidences: min, quartiles, mean. count 0 means the set was empty.

@@ -1,7 +1,7 @@
 // The host: what every driver of the policy core needs around it, written once. The simulator
 // drives it with a virtual clock and simulated instances, the scheduler tests and the policy
 // benchmark with scripted instances, and the serving runtime with a real clock and worker
-// processes (docs/design.md section 1).
+// processes (docs/design.md section 1.3).
 //
 // It owns the Scheduler and the step estimators, and adds:
 //   - request validation and SLO defaulting before a request reaches the core;

@@ -1,6 +1,7 @@
 // Step latency of a model on one kind of hardware, per tensor-parallel degree:
 // l_d(n) = seconds of one denoising step whose batch pushes n tokens through the network.
-// Measured once per model x hardware x TP degree (DESIGN.md section 3) and loaded from files.
+// Measured once per model x hardware x TP degree and loaded from files (docs/design.md
+// section 3.7).
 #pragma once
 
 #include <map>

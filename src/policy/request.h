@@ -12,7 +12,8 @@ using Seconds = double;
 using RequestId = int64_t;   // dense: 0, 1, 2, ... in arrival order within one run
 using InstanceId = int32_t;
 
-// The candidate thresholds the confidence counts refer to (DESIGN.md 3.3), high to low.
+// The candidate thresholds the confidence counts refer to (docs/design.md section 3.3), high
+// to low.
 inline constexpr std::array<double, 5> kDefaultThresholds = {0.9, 0.8, 0.7, 0.6, 0.5};
 
 struct RequestSpec {

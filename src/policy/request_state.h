@@ -47,7 +47,7 @@ struct RequestState {
 
   // Predicted remaining steps per candidate threshold (index as in the policy's list),
   // refreshed every `refresh_tokens` newly unmasked tokens and decremented by one per step
-  // in between (DESIGN.md 3.3).
+  // in between (docs/design.md section 3.3).
   std::array<double, kMaxThresholds> predicted{};
   int tokens_since_refresh = 0;
   bool needs_prediction = true;

@@ -229,7 +229,8 @@ Status Scheduler::OnPredictions(std::span<const RequestId> ids, std::span<const 
     RequestState& r = it->second;
     StorePrediction(r, predicted.subspan(i * n, n), r.steps - r.prediction_steps);
     r.prediction_pending = false;
-    // A fresh prediction re-runs Algorithm 1 for the request's next step (docs/design.md 3.1).
+    // A fresh prediction re-runs Algorithm 1 for the request's next step (docs/design.md
+    // section 3.1).
     if (!r.in_flight) ChooseThreshold(r, now);
   }
   MaybeLoadControl(now);

@@ -25,7 +25,8 @@ class StepEstimator {
     const size_t n = thresholds.size();
     for (size_t i = 0; i < requests.size(); ++i) Predict(*requests[i], thresholds, out.subspan(i * n, n));
   }
-  // Tokens unmasked between refreshes (k of DESIGN.md 3.3); 0 = refresh at block starts.
+  // Tokens unmasked between refreshes (k of docs/design.md section 3.3); 0 = refresh at
+  // block starts.
   virtual int refresh_tokens() const = 0;
   virtual const char* name() const = 0;
 };

@@ -1,7 +1,7 @@
-// The step predictor's input (DESIGN.md 3.3): one feature row per (request, candidate
-// threshold), computed from the request's progress and the confidence statistics of its
-// latest step. Training (`tediserve train-predictor`) and prediction both build rows here,
-// so the two cannot drift apart. Target of the model: remaining steps / output length.
+// The step predictor's input (docs/design.md section 3.3): one feature row per (request,
+// candidate threshold), computed from the request's progress and the confidence statistics
+// of its latest step. Training (`tediserve train-predictor`) and prediction both build rows
+// here, so the two cannot drift apart. Target of the model: remaining steps / output length.
 #pragma once
 
 #include <span>

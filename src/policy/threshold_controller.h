@@ -1,6 +1,6 @@
-// The two levels of threshold control (DESIGN.md 3.1, 3.2), as pure functions over request
-// states so they can be tested by hand. Thresholds are always given high to low, and
-// r.predicted[k] is the predicted remaining steps under thresholds[k].
+// The two levels of threshold control (docs/design.md sections 3.1, 3.2), as pure functions
+// over request states so they can be tested by hand. Thresholds are always given high to
+// low, and r.predicted[k] is the predicted remaining steps under thresholds[k].
 #pragma once
 
 #include <span>
@@ -28,7 +28,7 @@ std::pair<int, int> AllowedRange(const RequestState& r, std::span<const double> 
 int SelectThreshold(const RequestState& r, std::span<const double> thresholds, double cap,
                     Seconds now, const PlacementCost& p);
 
-// L_r(c) in tokens pushed through the network (DESIGN.md 3.2).
+// L_r(c) in tokens pushed through the network (docs/design.md section 3.2).
 double RequestLoadTokens(const RequestState& r, int k);
 
 // Algorithm 2: walk `ordered` (priority first, then arrival) and give each request the

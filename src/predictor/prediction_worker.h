@@ -1,6 +1,6 @@
-// Runs step predictions on a thread of their own (DESIGN.md 3.3: "predict on a separate
-// thread, batched across requests and thresholds"), so the scheduling thread only copies
-// request states out and results back. One job = one batched call over its requests and
+// Runs step predictions on a thread of their own, batched across requests and thresholds
+// (docs/design.md section 3.3), so the scheduling thread only copies request states out and
+// results back. One job = one batched call over its requests and
 // all candidate thresholds. Jobs run in submission order.
 #pragma once
 

@@ -1,6 +1,6 @@
 // Cost of the step predictor's batched call: N requests x |C| thresholds in one model call
-// (DESIGN.md 3.3; target <= 1 ms for 500 x 5), for a model file or, without one, a model
-// trained here on random rows of the same shape.
+// (docs/design.md section 3.3; target <= 1 ms for 500 x 5), for a model file or, without
+// one, a model trained here on random rows of the same shape.
 //   build/src/predictor/predictor_bench [MODEL_FILE] [REQUESTS]
 #include <algorithm>
 #include <chrono>

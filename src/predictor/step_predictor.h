@@ -1,7 +1,7 @@
-// The trained step predictor (DESIGN.md 3.3): a gradient-boosted model of remaining steps /
-// output length over policy::StepFeatures rows, loaded from one file that records its
-// feature set and column names, so that a model built for other features is an error at
-// load time and never a silent wrong prediction.
+// The trained step predictor (docs/design.md section 3.3): a gradient-boosted model of
+// remaining steps / output length over policy::StepFeatures rows, loaded from one file that
+// records its feature set and column names, so that a model built for other features is an
+// error at load time and never a silent wrong prediction.
 #pragma once
 
 #include <span>

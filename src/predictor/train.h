@@ -1,6 +1,7 @@
 // Training and evaluating the step predictor from step logs: a held-out split by problem,
 // one model per feature set, the one-shot baseline fitted on the same training rows, and
-// the refresh-granularity sweep of DESIGN.md 3.3 (`tediserve train-predictor` prints it).
+// the refresh-granularity sweep of docs/design.md section 3.3 (`tediserve train-predictor`
+// prints it).
 #pragma once
 
 #include <map>

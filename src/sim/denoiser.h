@@ -1,6 +1,6 @@
 // A denoising model for the simulator: decides how many tokens each step unmasks.
-// Two implementations (DESIGN.md section 4): the real engine in the loop, and a fitted
-// statistical model of per-token confidences.
+// Two implementations (docs/design.md section 4.2): the real engine in the loop, and a
+// fitted statistical model of per-token confidences.
 #pragma once
 
 #include <cstdint>

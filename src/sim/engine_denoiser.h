@@ -1,4 +1,5 @@
-// The simulator's denoising model (a) of DESIGN.md section 4: the real engine in the loop.
+// The simulator's denoising model (a) of docs/design.md section 4.2: the real engine in the
+// loop.
 // Each simulated request is a problem of a held-out task set, decoded by the real
 // DiffusionEngine, so what a step unmasks (and whether the answer comes out right) is exact.
 // Time is not taken from the engine: the simulator charges each step from a latency profile

@@ -1,4 +1,4 @@
-// The simulator's fitted statistical denoising model (DESIGN.md section 4 (b)).
+// The simulator's fitted statistical denoising model (docs/design.md section 4.2 (b)).
 //
 // Each block of a request draws B latent logits z_j = mu_rk + sigma * eps_j, with
 // mu_rk = mu + sigma_request * eta_r + sigma_block * xi_rk (eta_r once per request, xi_rk once
@@ -6,9 +6,9 @@
 // the confidence of a masked position is sigmoid(z_j + D), where D, the block's drift, starts
 // at 0 and after every step grows by delta + eta * unmasked / B (unmasked neighbours make the
 // rest more certain). A step at threshold c unmasks every masked position with confidence
-// >= c, or the single most confident one if none clears c (DESIGN.md section 2). Because the
-// masked set is always a suffix of the sorted array, a step is a pointer advance: O(1 +
-// tokens unmasked), and O(B log B) once per block for the draws.
+// >= c, or the single most confident one if none clears c (docs/design.md section 2.4).
+// Because the masked set is always a suffix of the sorted array, a step is a pointer advance:
+// O(1 + tokens unmasked), and O(B log B) once per block for the draws.
 //
 // Features (taken before the step, like the engine's): the block summary is exact (linear-
 // interpolated quantiles, as numpy), except that above 16 masked positions the mean is

@@ -1,6 +1,7 @@
-// Collects step logs for the step predictor (DESIGN.md 3.3): runs requests through a
-// denoising model under every candidate threshold, one fixed threshold per run, and records
-// each request's state before every step with the steps it truly had left.
+// Collects step logs for the step predictor (docs/design.md sections 3.3, 4.6): runs
+// requests through a denoising model under every candidate threshold, one fixed threshold
+// per run, and records each request's state before every step with the steps it truly had
+// left.
 #pragma once
 
 #include <span>
