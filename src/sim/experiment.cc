@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -20,6 +21,8 @@
 #include "sim/simulator.h"
 #include "sim/statistical_denoiser.h"
 #include "sim/workload.h"
+#include "sim/yaml_fields.h"
+#include "common/input.h"
 
 namespace tediserve::sim {
 namespace {
@@ -27,50 +30,31 @@ namespace {
 namespace fs = std::filesystem;
 using policy::Seconds;
 
-// ---- Small YAML accessors that name the field in every error. -----------------------------
+// Bounds on simulated time: a run spans at most kMaxSimSeconds (a year), and ticks and
+// timeline samples are at least kMinIntervalSeconds apart, so no config makes the event loop
+// spin for ever (the simulator also bounds the number of ticks and samples it will take).
+constexpr double kMaxSimSeconds = 365.0 * 24 * 3600;
+constexpr double kMinIntervalSeconds = 1e-3;
 
-Status CheckKeys(const YAML::Node& node, const std::string& path, const std::set<std::string>& allowed) {
-  if (!node.IsMap()) return InvalidArgument(path + ": must be a mapping");
-  for (const auto& kv : node) {
-    const std::string key = kv.first.as<std::string>();
-    if (!allowed.count(key)) {
-      std::string all;
-      for (const auto& a : allowed) all += (all.empty() ? "" : ", ") + a;
-      return InvalidArgument((path.empty() ? "" : path + ".") + key + ": unknown field (expected one of: " + all + ")");
-    }
-  }
-  return Status::Ok();
+std::string Fmt(const char* f, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
 }
 
-std::string Join(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
+// At most this many runs (policies x sweep values) in one experiment.
+constexpr size_t kMaxRuns = 1000;
 
-template <typename T>
-StatusOr<T> Get(const YAML::Node& node, const std::string& path, const std::string& key, std::optional<T> def) {
-  const YAML::Node v = node[key];
-  if (!v || v.IsNull()) {
-    if (def) return *def;
-    return InvalidArgument(Join(path, key) + ": missing");
+// A run tag usable as one directory name: letters, digits, '.', '-', '_' kept, the rest '_'.
+std::string SafeFileName(const std::string& s) {
+  std::string out;
+  for (char c : s.substr(0, 100)) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '-' || c == '_';
+    out.push_back(ok ? c : '_');
   }
-  if (!v.IsScalar()) return InvalidArgument(Join(path, key) + ": must be a single value");
-  try {
-    return v.as<T>();
-  } catch (const YAML::Exception&) {
-    return InvalidArgument(Join(path, key) + ": bad value \"" + v.Scalar() + "\"");
-  }
-}
-
-StatusOr<double> GetPositive(const YAML::Node& node, const std::string& path, const std::string& key,
-                             std::optional<double> def) {
-  ASSIGN_OR_RETURN(double v, Get<double>(node, path, key, def));
-  if (!(v > 0) || !std::isfinite(v)) return InvalidArgument(Join(path, key) + ": must be > 0, got " + std::to_string(v));
-  return v;
-}
-
-StatusOr<int> GetPositiveInt(const YAML::Node& node, const std::string& path, const std::string& key,
-                             std::optional<int> def) {
-  ASSIGN_OR_RETURN(int v, Get<int>(node, path, key, def));
-  if (v <= 0) return InvalidArgument(Join(path, key) + ": must be > 0, got " + std::to_string(v));
-  return v;
+  if (out.empty() || out == "." || out == "..") out = "_" + out;
+  return out;
 }
 
 std::string ResolvePath(const std::string& p, const std::string& base_dir) {
@@ -122,9 +106,9 @@ struct RunConfig {
 Status ParseCluster(const YAML::Node& n, RunConfig* rc) {
   const std::string p = "cluster";
   RETURN_IF_ERROR(CheckKeys(n, p, {"nodes", "gpus_per_node", "tp", "token_budget"}));
-  ASSIGN_OR_RETURN(int nodes, GetPositiveInt(n, p, "nodes", 1));
-  ASSIGN_OR_RETURN(int gpus, GetPositiveInt(n, p, "gpus_per_node", std::nullopt));
-  ASSIGN_OR_RETURN(int budget, GetPositiveInt(n, p, "token_budget", 8192));
+  ASSIGN_OR_RETURN(int nodes, GetIntOr(n, p, "nodes", 1, 1, 100000));
+  ASSIGN_OR_RETURN(int gpus, GetInt(n, p, "gpus_per_node", 1, 1024));
+  ASSIGN_OR_RETURN(int budget, GetIntOr(n, p, "token_budget", 8192, 1, 1 << 24));
   rc->sim.policy.token_budget = budget;
   std::vector<int> tps;
   if (n["tp"]) {
@@ -139,8 +123,12 @@ Status ParseCluster(const YAML::Node& n, RunConfig* rc) {
       } catch (const YAML::Exception&) {
         return InvalidArgument("cluster.tp[" + std::to_string(i) + "]: not an integer");
       }
-      if (tp <= 0) return InvalidArgument("cluster.tp[" + std::to_string(i) + "]: must be > 0");
+      if (tp <= 0 || tp > gpus) {
+        return InvalidArgument("cluster.tp[" + std::to_string(i) + "]: must be in [1, gpus_per_node = " +
+                               std::to_string(gpus) + "], got " + std::to_string(tp));
+      }
       used += tp;
+      if (used > gpus) break;  // reported below
       tps.push_back(tp);
     }
     if (used > gpus) {
@@ -149,6 +137,11 @@ Status ParseCluster(const YAML::Node& n, RunConfig* rc) {
     }
   } else {
     tps.assign(gpus, 1);
+  }
+  constexpr int64_t kMaxInstances = 1 << 16;
+  if (int64_t{nodes} * static_cast<int64_t>(tps.size()) > kMaxInstances) {
+    return InvalidArgument("cluster: " + std::to_string(int64_t{nodes} * static_cast<int64_t>(tps.size())) +
+                           " instances, more than the " + std::to_string(kMaxInstances) + " a simulation allows");
   }
   int id = 0;
   for (int node = 0; node < nodes; ++node) {
@@ -168,19 +161,26 @@ Status ParseProfileRef(const YAML::Node& prof, const std::string& path, const st
   RETURN_IF_ERROR(CheckKeys(prof, path, {"csv", "json"}));
   if (prof["csv"] && prof["json"]) return InvalidArgument(path + ": give csv or json, not both");
   if (prof["csv"]) {
-    ASSIGN_OR_RETURN(std::string csv, Get<std::string>(prof, path, "csv", std::nullopt));
+    ASSIGN_OR_RETURN(std::string csv, GetString(prof, path, "csv"));
     *csv_out = ResolvePath(csv, base);
   } else if (prof["json"]) {
     if (!prof["json"].IsMap()) return InvalidArgument(path + ".json: must map TP degree -> file");
     for (const auto& kv : prof["json"]) {
       int tp = 0;
+      bool ok = kv.first.IsScalar();
       try {
-        tp = kv.first.as<int>();
+        if (ok) tp = kv.first.as<int>();
       } catch (const YAML::Exception&) {
-        return InvalidArgument(path + ".json: key \"" + kv.first.Scalar() + "\" is not a TP degree");
+        ok = false;
       }
-      if (!kv.second.IsScalar()) return InvalidArgument(path + ".json." + kv.first.Scalar() + ": must be a file name");
-      (*json_out)[tp] = ResolvePath(kv.second.as<std::string>(), base);
+      if (!ok || tp <= 0 || tp > 1024) {
+        return InvalidArgument(path + ".json: key " + DescribeYaml(kv.first) + " is not a TP degree in [1, 1024]");
+      }
+      const std::string field = path + ".json." + std::to_string(tp);
+      if (!kv.second.IsScalar() || !IsValidUtf8(kv.second.Scalar())) {
+        return InvalidArgument(field + ": expected a file name, got " + DescribeYaml(kv.second));
+      }
+      (*json_out)[tp] = ResolvePath(kv.second.Scalar(), base);
     }
   } else {
     return InvalidArgument(path + ": needs csv or json");
@@ -200,7 +200,7 @@ Status ParseTruth(const YAML::Node& n, const std::string& base, RunConfig* rc) {
   if (n["profile"]) {
     RETURN_IF_ERROR(ParseProfileRef(n["profile"], "truth.profile", base, &rc->truth_csv, &rc->truth_json));
   }
-  ASSIGN_OR_RETURN(rc->sim.step_time_sigma, Get<double>(n, p, "step_time_sigma", 0.0));
+  ASSIGN_OR_RETURN(rc->sim.step_time_sigma, GetDoubleOr(n, p, "step_time_sigma", 0.0, 0, 3));
   if (!(rc->sim.step_time_sigma >= 0 && rc->sim.step_time_sigma <= 3)) {
     return InvalidArgument("truth.step_time_sigma: must be in [0, 3]");
   }
@@ -214,15 +214,15 @@ Status ParseFaults(const YAML::Node& n, RunConfig* rc) {
                                    "readd_after_s", "failure_rate_per_hour", "step_failure_probability",
                                    "cancel_fraction", "events"}));
   FaultOptions& f = rc->sim.faults;
-  ASSIGN_OR_RETURN(f.random_failures, Get<int>(n, p, "random_failures", 0));
-  ASSIGN_OR_RETURN(f.random_drains, Get<int>(n, p, "random_drains", 0));
-  ASSIGN_OR_RETURN(f.window_from, Get<double>(n, p, "from_s", 0.0));
-  ASSIGN_OR_RETURN(f.window_to, Get<double>(n, p, "to_s", 0.0));
-  ASSIGN_OR_RETURN(f.recover_after, Get<double>(n, p, "recover_after_s", 60.0));
-  ASSIGN_OR_RETURN(f.readd_after, Get<double>(n, p, "readd_after_s", 60.0));
-  ASSIGN_OR_RETURN(f.failure_rate_per_hour, Get<double>(n, p, "failure_rate_per_hour", 0.0));
-  ASSIGN_OR_RETURN(f.step_failure_probability, Get<double>(n, p, "step_failure_probability", 0.0));
-  ASSIGN_OR_RETURN(f.cancel_fraction, Get<double>(n, p, "cancel_fraction", 0.0));
+  ASSIGN_OR_RETURN(f.random_failures, GetIntOr(n, p, "random_failures", 0, 0, 1000000));
+  ASSIGN_OR_RETURN(f.random_drains, GetIntOr(n, p, "random_drains", 0, 0, 1000000));
+  ASSIGN_OR_RETURN(f.window_from, GetDoubleOr(n, p, "from_s", 0.0, 0, kMaxSimSeconds));
+  ASSIGN_OR_RETURN(f.window_to, GetDoubleOr(n, p, "to_s", 0.0, 0, kMaxSimSeconds));
+  ASSIGN_OR_RETURN(f.recover_after, GetDoubleOr(n, p, "recover_after_s", 60.0, 0, kMaxSimSeconds));
+  ASSIGN_OR_RETURN(f.readd_after, GetDoubleOr(n, p, "readd_after_s", 60.0, 0, kMaxSimSeconds));
+  ASSIGN_OR_RETURN(f.failure_rate_per_hour, GetDoubleOr(n, p, "failure_rate_per_hour", 0.0, 0, 3600));
+  ASSIGN_OR_RETURN(f.step_failure_probability, GetDoubleOr(n, p, "step_failure_probability", 0.0, 0, 1));
+  ASSIGN_OR_RETURN(f.cancel_fraction, GetDoubleOr(n, p, "cancel_fraction", 0.0, 0, 1));
   if (f.random_failures < 0 || f.random_drains < 0) return InvalidArgument("faults: random_failures and random_drains must be >= 0");
   if (f.window_to > 0 && !(f.window_to > f.window_from)) return InvalidArgument("faults.to_s: must be > from_s");
   if (n["events"]) {
@@ -232,12 +232,12 @@ Status ParseFaults(const YAML::Node& n, RunConfig* rc) {
       const std::string ep = "faults.events[" + std::to_string(i) + "]";
       RETURN_IF_ERROR(CheckKeys(es[i], ep, {"time_s", "instance", "kind", "back_after_s"}));
       FaultOptions::Event e;
-      ASSIGN_OR_RETURN(e.time, Get<double>(es[i], ep, "time_s", std::nullopt));
-      ASSIGN_OR_RETURN(e.instance, Get<int>(es[i], ep, "instance", std::nullopt));
-      ASSIGN_OR_RETURN(std::string kind, Get<std::string>(es[i], ep, "kind", std::string("fail")));
+      ASSIGN_OR_RETURN(e.time, GetDouble(es[i], ep, "time_s", 0, kMaxSimSeconds));
+      ASSIGN_OR_RETURN(e.instance, GetInt(es[i], ep, "instance", 0, INT_MAX));
+      ASSIGN_OR_RETURN(std::string kind, GetStringOr(es[i], ep, "kind", std::string("fail")));
       if (kind != "fail" && kind != "drain") return InvalidArgument(ep + ".kind: expected fail or drain, got \"" + kind + "\"");
       e.drain = kind == "drain";
-      ASSIGN_OR_RETURN(e.back_after, Get<double>(es[i], ep, "back_after_s", 60.0));
+      ASSIGN_OR_RETURN(e.back_after, GetDoubleOr(es[i], ep, "back_after_s", 60.0, 0, kMaxSimSeconds));
       bool known = false;
       for (const auto& inst : rc->sim.instances) known = known || inst.id == e.instance;
       if (!known) return InvalidArgument(ep + ".instance: no instance " + std::to_string(e.instance) + " in the cluster");
@@ -255,20 +255,20 @@ Status ParseModel(const YAML::Node& n, const std::string& base, RunConfig* rc) {
   const YAML::Node d = n["denoiser"];
   if (!d) return InvalidArgument("model.denoiser: missing");
   RETURN_IF_ERROR(CheckKeys(d, "model.denoiser", {"type", "calibration", "model", "problems"}));
-  ASSIGN_OR_RETURN(rc->denoiser_type, Get<std::string>(d, "model.denoiser", "type", std::nullopt));
+  ASSIGN_OR_RETURN(rc->denoiser_type, GetString(d, "model.denoiser", "type"));
   if (rc->denoiser_type != "statistical" && rc->denoiser_type != "engine") {
     return InvalidArgument("model.denoiser.type: unknown \"" + rc->denoiser_type + "\" (expected statistical, engine)");
   }
-  ASSIGN_OR_RETURN(std::string cal, Get<std::string>(d, "model.denoiser", "calibration", std::nullopt));
+  ASSIGN_OR_RETURN(std::string cal, GetString(d, "model.denoiser", "calibration"));
   rc->calibration_path = ResolvePath(cal, base);
   if (rc->denoiser_type == "engine") {
-    ASSIGN_OR_RETURN(std::string m, Get<std::string>(d, "model.denoiser", "model", std::nullopt));
+    ASSIGN_OR_RETURN(std::string m, GetString(d, "model.denoiser", "model"));
     rc->engine_model = ResolvePath(m, base);
-    ASSIGN_OR_RETURN(std::string pr, Get<std::string>(d, "model.denoiser", "problems", std::string()));
+    ASSIGN_OR_RETURN(std::string pr, GetStringOr(d, "model.denoiser", "problems", std::string()));
     rc->engine_problems = pr.empty() ? pr : ResolvePath(pr, base);
   }
-  ASSIGN_OR_RETURN(rc->sim.policy.block_size, GetPositiveInt(n, p, "block_size", 32));
-  ASSIGN_OR_RETURN(rc->sim.policy.cache, Get<bool>(n, p, "cache", true));
+  ASSIGN_OR_RETURN(rc->sim.policy.block_size, GetIntOr(n, p, "block_size", 32, 1, 4096));
+  ASSIGN_OR_RETURN(rc->sim.policy.cache, GetBoolOr(n, p, "cache", true));
   return Status::Ok();
 }
 
@@ -278,54 +278,46 @@ Status ParsePolicy(const YAML::Node& n, const std::string& base, RunConfig* rc) 
                                    "predictor_refresh_tokens", "predictor_async", "predictor_latency_s",
                                    "load_control_debounce_s", "capacity_slo_s", "capacity_concurrency", "llumnix_margin_tokens",
                                    "proteus_period_s", "proteus_headroom", "max_live_requests", "max_step_failures"}));
-  ASSIGN_OR_RETURN(std::string name, Get<std::string>(n, p, "name", std::nullopt));
+  ASSIGN_OR_RETURN(std::string name, GetString(n, p, "name"));
   auto named = policy::PolicyOptions::Named(name);
   if (!named.ok()) return named.status().WithContext("policy.name");
   policy::PolicyOptions o = *named;
   o.block_size = rc->sim.policy.block_size;
   o.cache = rc->sim.policy.cache;
   o.token_budget = rc->sim.policy.token_budget;
-  if (n["thresholds"]) {
-    if (!n["thresholds"].IsSequence()) return InvalidArgument("policy.thresholds: must be a list");
-    o.thresholds.clear();
-    for (size_t i = 0; i < n["thresholds"].size(); ++i) {
-      try {
-        o.thresholds.push_back(n["thresholds"][i].as<double>());
-      } catch (const YAML::Exception&) {
-        return InvalidArgument("policy.thresholds[" + std::to_string(i) + "]: not a number");
-      }
-    }
+  if (HasField(n, "thresholds")) {
+    ASSIGN_OR_RETURN(o.thresholds, GetDoubleList(n, p, "thresholds", 0, 1, 1, 64));
   }
-  ASSIGN_OR_RETURN(o.fixed_threshold, Get<double>(n, p, "fixed_threshold", 0.9));
-  ASSIGN_OR_RETURN(rc->sim.estimator, Get<std::string>(n, p, "estimator", std::string("oneshot")));
-  ASSIGN_OR_RETURN(int refresh, Get<int>(n, p, "oracle_refresh_tokens", 0));
+  ASSIGN_OR_RETURN(o.fixed_threshold, GetDoubleOr(n, p, "fixed_threshold", 0.9, 0, 1));
+  ASSIGN_OR_RETURN(rc->sim.estimator, GetStringOr(n, p, "estimator", std::string("oneshot")));
+  ASSIGN_OR_RETURN(int refresh, GetIntOr(n, p, "oracle_refresh_tokens", 0, 0, 1 << 20));
   if (refresh < 0) return InvalidArgument("policy.oracle_refresh_tokens: must be >= 0");
   rc->sim.oracle_refresh_tokens = refresh;
   if (n["predictor"]) {
-    ASSIGN_OR_RETURN(std::string model, Get<std::string>(n, p, "predictor", std::nullopt));
+    ASSIGN_OR_RETURN(std::string model, GetString(n, p, "predictor"));
     rc->sim.predictor_model = ResolvePath(model, base);
   }
   if (rc->sim.estimator == "predictor" && rc->sim.predictor_model.empty())
     return InvalidArgument("policy.predictor: the model file is required with estimator: predictor");
-  ASSIGN_OR_RETURN(rc->sim.predictor_refresh_tokens, Get<int>(n, p, "predictor_refresh_tokens", -1));
+  ASSIGN_OR_RETURN(rc->sim.predictor_refresh_tokens, GetIntOr(n, p, "predictor_refresh_tokens", -1, -1, 1 << 20));
   if (rc->sim.predictor_refresh_tokens < -1)
     return InvalidArgument("policy.predictor_refresh_tokens: must be >= 0 (or -1: the model's)");
-  ASSIGN_OR_RETURN(rc->sim.predictor_async, Get<bool>(n, p, "predictor_async", false));
-  ASSIGN_OR_RETURN(rc->sim.predictor_latency, Get<double>(n, p, "predictor_latency_s", 0.001));
+  ASSIGN_OR_RETURN(rc->sim.predictor_async, GetBoolOr(n, p, "predictor_async", false));
+  ASSIGN_OR_RETURN(rc->sim.predictor_latency, GetDoubleOr(n, p, "predictor_latency_s", 0.001, 0, 10));
   if (!(rc->sim.predictor_latency >= 0) || rc->sim.predictor_latency > 10)
     return InvalidArgument("policy.predictor_latency_s: must be in [0, 10] seconds");
-  ASSIGN_OR_RETURN(o.load_control_debounce, Get<double>(n, p, "load_control_debounce_s", 1.0));
+  ASSIGN_OR_RETURN(o.load_control_debounce, GetDoubleOr(n, p, "load_control_debounce_s", 1.0, 0, kMaxSimSeconds));
   if (o.load_control_debounce < 0) return InvalidArgument("policy.load_control_debounce_s: must be >= 0");
-  ASSIGN_OR_RETURN(o.capacity_slo, Get<double>(n, p, "capacity_slo_s", 0.0));
+  ASSIGN_OR_RETURN(o.capacity_slo, GetDoubleOr(n, p, "capacity_slo_s", 0.0, 0, kMaxSimSeconds));
   if (o.capacity_slo < 0) return InvalidArgument("policy.capacity_slo_s: must be >= 0");
-  ASSIGN_OR_RETURN(o.capacity_concurrency, Get<int>(n, p, "capacity_concurrency", 2));
+  ASSIGN_OR_RETURN(o.capacity_concurrency, GetIntOr(n, p, "capacity_concurrency", 2, 0, 1 << 20));
   if (o.capacity_concurrency < 0) return InvalidArgument("policy.capacity_concurrency: must be >= 0");
-  ASSIGN_OR_RETURN(o.llumnix_margin_tokens, GetPositiveInt(n, p, "llumnix_margin_tokens", 4096));
-  ASSIGN_OR_RETURN(o.proteus_period, GetPositive(n, p, "proteus_period_s", 10.0));
-  ASSIGN_OR_RETURN(o.proteus_headroom, GetPositive(n, p, "proteus_headroom", 1.05));
-  ASSIGN_OR_RETURN(o.max_live_requests, Get<int>(n, p, "max_live_requests", 0));
+  ASSIGN_OR_RETURN(o.llumnix_margin_tokens, GetIntOr(n, p, "llumnix_margin_tokens", 4096, 1, 1 << 24));
+  ASSIGN_OR_RETURN(o.proteus_period, GetPositiveOr(n, p, "proteus_period_s", 10.0, kMaxSimSeconds));
+  ASSIGN_OR_RETURN(o.proteus_headroom, GetPositiveOr(n, p, "proteus_headroom", 1.05, 100));
+  ASSIGN_OR_RETURN(o.max_live_requests, GetIntOr(n, p, "max_live_requests", 0, 0, 1 << 30));
   if (o.max_live_requests < 0) return InvalidArgument("policy.max_live_requests: must be >= 0 (0: no limit)");
-  ASSIGN_OR_RETURN(o.max_step_failures, GetPositiveInt(n, p, "max_step_failures", 3));
+  ASSIGN_OR_RETURN(o.max_step_failures, GetIntOr(n, p, "max_step_failures", 3, 1, 1000000));
   rc->sim.policy = o;
   return Status::Ok();
 }
@@ -334,9 +326,11 @@ Status ParseRun(const YAML::Node& root, const std::string& base, RunConfig* rc) 
   RETURN_IF_ERROR(CheckKeys(root, "", {"name", "seed", "cluster", "model", "policy", "policies", "sweep",
                                        "workload", "slo", "periods", "output", "timeline_interval_s", "tick_s",
                                        "truth", "faults"}));
-  ASSIGN_OR_RETURN(rc->name, Get<std::string>(root, "", "name", std::string("simulation")));
-  ASSIGN_OR_RETURN(int64_t seed, Get<int64_t>(root, "", "seed", 1));
-  if (seed < 0) return InvalidArgument("seed: must be >= 0");
+  ASSIGN_OR_RETURN(rc->name, GetStringOr(root, "", "name", std::string("simulation")));
+  int64_t seed = 1;
+  if (HasField(root, "seed")) {
+    ASSIGN_OR_RETURN(seed, GetInt(root, "", "seed", 0, std::numeric_limits<int64_t>::max()));
+  }
   rc->seed = static_cast<uint64_t>(seed);
   rc->sim.seed = rc->seed;
   if (!root["cluster"]) return InvalidArgument("cluster: missing");
@@ -353,9 +347,9 @@ Status ParseRun(const YAML::Node& root, const std::string& base, RunConfig* rc) 
   RETURN_IF_ERROR(CheckKeys(slo, "slo", {"seconds", "scale"}));
   if (slo["seconds"] && slo["scale"]) return InvalidArgument("slo: give seconds or scale, not both");
   if (slo["seconds"]) {
-    ASSIGN_OR_RETURN(rc->slo_seconds, GetPositive(slo, "slo", "seconds", std::nullopt));
+    ASSIGN_OR_RETURN(rc->slo_seconds, GetPositive(slo, "slo", "seconds", kMaxSimSeconds));
   } else if (slo["scale"]) {
-    ASSIGN_OR_RETURN(rc->slo_scale, GetPositive(slo, "slo", "scale", std::nullopt));
+    ASSIGN_OR_RETURN(rc->slo_scale, GetPositive(slo, "slo", "scale", 1e6));
   } else {
     return InvalidArgument("slo: give slo.seconds or slo.scale");
   }
@@ -366,22 +360,29 @@ Status ParseRun(const YAML::Node& root, const std::string& base, RunConfig* rc) 
       const std::string pp = "periods[" + std::to_string(i) + "]";
       RETURN_IF_ERROR(CheckKeys(ps[i], pp, {"name", "from_s", "to_s"}));
       Period per;
-      ASSIGN_OR_RETURN(per.name, Get<std::string>(ps[i], pp, "name", std::nullopt));
-      ASSIGN_OR_RETURN(per.from_s, Get<double>(ps[i], pp, "from_s", std::nullopt));
-      ASSIGN_OR_RETURN(per.to_s, Get<double>(ps[i], pp, "to_s", std::nullopt));
+      ASSIGN_OR_RETURN(per.name, GetString(ps[i], pp, "name"));
+      ASSIGN_OR_RETURN(per.from_s, GetDouble(ps[i], pp, "from_s", 0, kMaxSimSeconds));
+      ASSIGN_OR_RETURN(per.to_s, GetDouble(ps[i], pp, "to_s", 0, kMaxSimSeconds));
       if (!(per.to_s > per.from_s)) return InvalidArgument(pp + ": to_s must be > from_s");
       rc->periods.push_back(per);
     }
   }
   const YAML::Node out = root["output"];
-  rc->out_dir = "results/" + rc->name;
+  rc->out_dir = "results/" + SafeFileName(rc->name);
   if (out) {
     RETURN_IF_ERROR(CheckKeys(out, "output", {"dir", "plots"}));
-    ASSIGN_OR_RETURN(rc->out_dir, Get<std::string>(out, "output", "dir", rc->out_dir));
-    ASSIGN_OR_RETURN(rc->plots, Get<bool>(out, "output", "plots", true));
+    ASSIGN_OR_RETURN(rc->out_dir, GetStringOr(out, "output", "dir", rc->out_dir));
+    ASSIGN_OR_RETURN(rc->plots, GetBoolOr(out, "output", "plots", true));
   }
-  ASSIGN_OR_RETURN(rc->sim.timeline_interval, GetPositive(root, "", "timeline_interval_s", 10.0));
-  ASSIGN_OR_RETURN(rc->sim.tick, GetPositive(root, "", "tick_s", 0.25));
+  ASSIGN_OR_RETURN(rc->sim.timeline_interval, GetPositiveOr(root, "", "timeline_interval_s", 10.0, kMaxSimSeconds));
+  if (rc->sim.timeline_interval < kMinIntervalSeconds) {
+    return InvalidArgument("timeline_interval_s: must be >= " + Fmt("%g", kMinIntervalSeconds) + ", got " +
+                           Fmt("%g", rc->sim.timeline_interval));
+  }
+  ASSIGN_OR_RETURN(rc->sim.tick, GetPositiveOr(root, "", "tick_s", 0.25, 3600));
+  if (rc->sim.tick < kMinIntervalSeconds) {
+    return InvalidArgument("tick_s: must be >= " + Fmt("%g", kMinIntervalSeconds) + ", got " + Fmt("%g", rc->sim.tick));
+  }
   if (root["truth"]) RETURN_IF_ERROR(ParseTruth(root["truth"], base, rc));
   if (root["faults"]) RETURN_IF_ERROR(ParseFaults(root["faults"], rc));
   return Status::Ok();
@@ -524,29 +525,11 @@ std::string QuoteCsv(const std::string& s) {
   return out;
 }
 
-std::string Fmt(const char* f, double x) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, x);
-  return buf;
-}
-
-StatusOr<YAML::Node> LoadConfig(const std::string& path) {
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    return NotFound("cannot open config " + path);
-  } catch (const YAML::Exception& e) {
-    return InvalidArgument(path + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
-  }
-  if (!root.IsMap()) return InvalidArgument(path + ": the config must be a mapping");
-  return root;
-}
 
 }  // namespace
 
 StatusOr<ExperimentModel> LoadExperimentModel(const std::string& config_path) {
-  ASSIGN_OR_RETURN(YAML::Node root, LoadConfig(config_path));
+  ASSIGN_OR_RETURN(YAML::Node root, LoadYamlFile(config_path));
   try {
     if (!root["policy"]) root["policy"] = YAML::Node(YAML::NodeType::Map);
     if (!root["policy"]["name"]) root["policy"]["name"] = "tediserve";
@@ -561,32 +544,51 @@ StatusOr<ExperimentModel> LoadExperimentModel(const std::string& config_path) {
 }
 
 Status RunExperiment(const ExperimentOptions& eo) {
-  ASSIGN_OR_RETURN(YAML::Node root, LoadConfig(eo.config_path));
+  ASSIGN_OR_RETURN(YAML::Node root, LoadYamlFile(eo.config_path));
   const std::string base = fs::path(eo.config_path).parent_path().string();
 
   try {
     // Policies to run and sweep values.
     std::vector<std::string> policies;
-    if (root["policies"]) {
-      if (!root["policies"].IsSequence() || root["policies"].size() == 0) {
-        return InvalidArgument("policies: must be a non-empty list of policy names");
+    if (HasField(root, "policies")) {
+      const YAML::Node ps = root["policies"];
+      if (!ps.IsSequence() || ps.size() == 0 || ps.size() > kMaxRuns) {
+        return InvalidArgument("policies: must be a list of 1 to " + std::to_string(kMaxRuns) + " policy names");
       }
-      for (const auto& p : root["policies"]) policies.push_back(p.as<std::string>());
+      for (size_t i = 0; i < ps.size(); ++i) {
+        if (!ps[i].IsScalar()) {
+          return InvalidArgument("policies[" + std::to_string(i) + "]: expected a policy name, got " + DescribeYaml(ps[i]));
+        }
+        auto named = policy::PolicyOptions::Named(ps[i].Scalar());
+        if (!named.ok()) return named.status().WithContext("policies[" + std::to_string(i) + "]");
+        policies.push_back(ps[i].Scalar());
+      }
     } else {
-      if (!root["policy"] || !root["policy"]["name"]) return InvalidArgument("policy.name: missing");
-      policies.push_back(root["policy"]["name"].as<std::string>());
+      ASSIGN_OR_RETURN(std::string name, GetString(Field(root, "policy"), "policy", "name"));
+      policies.push_back(name);
     }
     std::string sweep_key;
     std::vector<YAML::Node> sweep_values{YAML::Node()};
-    if (root["sweep"]) {
+    if (HasField(root, "sweep")) {
       const YAML::Node sw = root["sweep"];
       RETURN_IF_ERROR(CheckKeys(sw, "sweep", {"key", "values"}));
-      if (!sw["key"] || !sw["values"] || !sw["values"].IsSequence() || sw["values"].size() == 0) {
-        return InvalidArgument("sweep: needs key (a dotted field, e.g. workload.arrivals.rate) and a non-empty values list");
+      ASSIGN_OR_RETURN(sweep_key, GetString(sw, "sweep", "key"));
+      const YAML::Node values = Field(sw, "values");
+      if (!values.IsSequence() || values.size() == 0 || values.size() > kMaxRuns) {
+        return InvalidArgument("sweep.values: must be a list of 1 to " + std::to_string(kMaxRuns) +
+                               " values (sweep.key is a dotted field, e.g. workload.arrivals.rate)");
       }
-      sweep_key = sw["key"].as<std::string>();
+      const std::vector<std::string> parts = SplitDots(sweep_key);
+      if (parts.empty() || std::any_of(parts.begin(), parts.end(), [](const std::string& k) { return k.empty(); })) {
+        return InvalidArgument("sweep.key: expected a dotted field such as workload.arrivals.rate, got \"" +
+                               SanitizeUtf8(sweep_key) + "\"");
+      }
       sweep_values.clear();
-      for (const auto& v : sw["values"]) sweep_values.push_back(v);
+      for (const auto& v : values) sweep_values.push_back(v);
+    }
+    if (policies.size() * sweep_values.size() > kMaxRuns) {
+      return InvalidArgument("policies x sweep.values: " + std::to_string(policies.size() * sweep_values.size()) +
+                             " runs, more than " + std::to_string(kMaxRuns));
     }
 
     std::vector<RunOutcome> outcomes;
@@ -599,11 +601,11 @@ Status RunExperiment(const ExperimentOptions& eo) {
         std::string label;
         if (!sweep_key.empty()) {
           if (value.IsScalar()) {
-            label = value.as<std::string>();
+            label = SanitizeUtf8(value.Scalar());
           } else {
             YAML::Emitter em;
             em << YAML::Flow << value;
-            label = em.c_str();
+            label = SanitizeUtf8(em.c_str());
           }
         }
         YAML::Node cfg = YAML::Clone(root);
@@ -613,7 +615,7 @@ Status RunExperiment(const ExperimentOptions& eo) {
         if (!sweep_key.empty()) {
           SetPath(cfg, SplitDots(sweep_key), 0, value);
           tag.push_back('_');
-          tag.append(value.IsScalar() ? label : "case" + std::to_string(vi));
+          tag.append(value.IsScalar() ? SafeFileName(label) : "case" + std::to_string(vi));
         }
         RunConfig rc;
         Status s = ParseRun(cfg, base, &rc);
@@ -709,8 +711,10 @@ Status RunExperiment(const ExperimentOptions& eo) {
         }
         std::printf("\n");
       }
-      if (numeric && eo.plots && (root["output"] && root["output"]["plots"] ? root["output"]["plots"].as<bool>() : true)) {
-        Status s = PlotSweep(sweep_csv, sweep_key, out_root + "/sweep", root["name"] ? root["name"].as<std::string>() : "");
+      ASSIGN_OR_RETURN(const bool sweep_plots, GetBoolOr(Field(root, "output"), "output", "plots", true));
+      ASSIGN_OR_RETURN(const std::string exp_name, GetStringOr(root, "", "name", ""));
+      if (numeric && eo.plots && sweep_plots) {
+        Status s = PlotSweep(sweep_csv, sweep_key, out_root + "/sweep", exp_name);
         if (!s.ok() && !eo.quiet) std::fprintf(stderr, "warning: no sweep plots: %s\n", s.message().c_str());
       }
     }

@@ -14,6 +14,7 @@
 #include <random>
 
 #include "sim/trace.h"
+#include "sim/yaml_fields.h"
 
 namespace tediserve::sim {
 namespace {
@@ -91,96 +92,6 @@ std::string FormatDouble(double v) {
   char buf[64];
   const auto r = std::to_chars(buf, buf + sizeof(buf), v);
   return std::string(buf, r.ptr);
-}
-
-std::string Describe(const YAML::Node& node) {
-  if (node.IsNull()) return "null";
-  if (node.IsSequence()) return "a list";
-  if (node.IsMap()) return "a map";
-  return "\"" + node.Scalar() + "\"";
-}
-
-Status ExpectMap(const YAML::Node& node, const std::string& path) {
-  if (!node.IsDefined()) return InvalidArgument(path + ": missing");
-  if (!node.IsMap()) return InvalidArgument(path + ": expected a map, got " + Describe(node));
-  return Status::Ok();
-}
-
-// Unknown keys are errors: a misspelt optional key would otherwise be ignored silently.
-Status CheckKeys(const YAML::Node& map, const std::string& path,
-                 std::initializer_list<const char*> allowed, const std::string& what) {
-  std::string unknown;
-  for (const auto& kv : map) {
-    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : Describe(kv.first);
-    if (std::none_of(allowed.begin(), allowed.end(),
-                     [&](const char* a) { return key == a; })) {
-      unknown += (unknown.empty() ? "\"" : ", \"") + key + "\"";
-    }
-  }
-  if (unknown.empty()) return Status::Ok();
-  std::string expected;
-  for (const char* a : allowed) expected += (expected.empty() ? "" : ", ") + std::string(a);
-  return InvalidArgument(path + ": unknown key " + unknown + " (allowed" + what + ": " +
-                         expected + ")");
-}
-
-StatusOr<double> GetDouble(const YAML::Node& map, const std::string& path, const char* key) {
-  const YAML::Node node = map[key];
-  const std::string field = path + "." + key;
-  if (!node.IsDefined()) return InvalidArgument(field + ": missing");
-  double v = 0;
-  if (!node.IsScalar() || !YAML::convert<double>::decode(node, v)) {
-    return InvalidArgument(field + ": expected a number, got " + Describe(node));
-  }
-  if (!std::isfinite(v)) return InvalidArgument(field + ": must be finite, got " + node.Scalar());
-  return v;
-}
-
-StatusOr<double> GetPositive(const YAML::Node& map, const std::string& path, const char* key) {
-  ASSIGN_OR_RETURN(const double v, GetDouble(map, path, key));
-  if (!(v > 0)) {
-    return InvalidArgument(path + "." + key + ": must be > 0, got " + FormatDouble(v));
-  }
-  return v;
-}
-
-StatusOr<int64_t> GetInt(const YAML::Node& map, const std::string& path, const char* key,
-                         int64_t lo, int64_t hi) {
-  const YAML::Node node = map[key];
-  const std::string field = path + "." + key;
-  if (!node.IsDefined()) return InvalidArgument(field + ": missing");
-  int64_t v = 0;
-  if (!node.IsScalar() || !YAML::convert<int64_t>::decode(node, v)) {
-    return InvalidArgument(field + ": expected an integer, got " + Describe(node));
-  }
-  if (v < lo) {
-    return InvalidArgument(field + ": must be >= " + std::to_string(lo) + ", got " +
-                           std::to_string(v));
-  }
-  if (v > hi) {
-    return InvalidArgument(field + ": must be <= " + std::to_string(hi) + ", got " +
-                           std::to_string(v));
-  }
-  return v;
-}
-
-// An optional integer: `fallback` when the key is absent.
-StatusOr<int> GetIntOr(const YAML::Node& map, const std::string& path, const char* key,
-                       int fallback, int lo, int hi) {
-  if (!map[key].IsDefined()) return fallback;
-  ASSIGN_OR_RETURN(const int64_t v, GetInt(map, path, key, lo, hi));
-  return static_cast<int>(v);
-}
-
-StatusOr<std::string> GetString(const YAML::Node& map, const std::string& path,
-                                const char* key) {
-  const YAML::Node node = map[key];
-  const std::string field = path + "." + key;
-  if (!node.IsDefined()) return InvalidArgument(field + ": missing");
-  if (!node.IsScalar()) {
-    return InvalidArgument(field + ": expected a string, got " + Describe(node));
-  }
-  return node.Scalar();
 }
 
 // A relative path is looked up next to the config first, then from the current directory.
