@@ -131,64 +131,97 @@ Status ForEachJsonLine(const std::string& path, const std::string& what,
 }
 
 int CsvTable::Column(std::string_view name) const {
-  for (std::size_t i = 0; i < header.size(); ++i) {
-    if (header[i] == name) return static_cast<int>(i);
+  for (std::size_t i = 0; i < columns.size(); ++i) {
+    if (columns[i] == name) return static_cast<int>(i);
   }
   return -1;
 }
 
-StatusOr<CsvTable> ParseCsv(std::string_view text, const std::string& where) {
+StatusOr<int> CsvTable::RequireColumn(std::string_view name) const {
+  const int i = Column(name);
+  if (i < 0) return InvalidArgument(path + ": missing column \"" + std::string(name) + "\"");
+  return i;
+}
+
+StatusOr<CsvTable> ParseCsv(std::string_view text, const std::string& path) {
   auto trim = [](std::string_view s) {
     const std::size_t b = s.find_first_not_of(" \t\r");
     if (b == std::string_view::npos) return std::string_view();
     const std::size_t e = s.find_last_not_of(" \t\r");
     return s.substr(b, e - b + 1);
   };
-  auto split = [&](std::string_view line) {
+  auto where = [&](int line) { return path + ":" + std::to_string(line) + ": "; };
+  CsvTable table;
+  table.path = path;
+  bool have_header = false;
+  std::size_t pos = 0;
+  for (int line = 1; pos < text.size(); ++line) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view s = trim(text.substr(pos, end - pos));
+    pos = end + 1;
+    if (s.size() > kMaxLineBytes) {
+      return InvalidArgument(where(line) + "line longer than " + std::to_string(kMaxLineBytes) +
+                             " bytes");
+    }
+    if (s.empty() || s.front() == '#') continue;
     std::vector<std::string> cells;
     std::size_t start = 0;
     while (true) {
-      const std::size_t comma = line.find(',', start);
-      cells.emplace_back(trim(line.substr(start, comma - start)));
+      const std::size_t comma = s.find(',', start);
+      cells.emplace_back(trim(s.substr(start, comma == std::string_view::npos
+                                                  ? std::string_view::npos
+                                                  : comma - start)));
       if (comma == std::string_view::npos) break;
       start = comma + 1;
     }
-    return cells;
-  };
-  CsvTable table;
-  std::size_t pos = 0;
-  int line_no = 0;
-  while (pos <= text.size()) {
-    std::size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view line = text.substr(pos, end - pos);
-    pos = end + 1;
-    ++line_no;
-    if (line.size() > kMaxLineBytes) {
-      return InvalidArgument(where + ":" + std::to_string(line_no) + ": line longer than " +
-                             std::to_string(kMaxLineBytes) + " bytes");
-    }
-    if (trim(line).empty()) continue;
-    std::vector<std::string> cells = split(line);
-    if (table.header.empty()) {
-      table.header = std::move(cells);
+    if (!have_header) {
+      for (std::size_t i = 0; i < cells.size(); ++i) {
+        if (cells[i].empty()) return InvalidArgument(where(line) + "empty column name in header");
+        for (std::size_t k = 0; k < i; ++k) {
+          if (cells[k] == cells[i]) {
+            return InvalidArgument(where(line) + "duplicate column \"" + SanitizeUtf8(cells[i]) +
+                                   "\"");
+          }
+        }
+      }
+      table.columns = std::move(cells);
+      have_header = true;
       continue;
     }
-    if (cells.size() != table.header.size()) {
-      return InvalidArgument(where + ":" + std::to_string(line_no) + ": " +
-                             std::to_string(cells.size()) + " cells, the header has " +
-                             std::to_string(table.header.size()));
+    if (cells.size() != table.columns.size()) {
+      return InvalidArgument(where(line) + "expected " + std::to_string(table.columns.size()) +
+                             " fields, got " + std::to_string(cells.size()));
     }
-    table.rows.push_back(std::move(cells));
-    table.row_lines.push_back(line_no);
+    table.rows.push_back({line, std::move(cells)});
   }
-  if (table.header.empty()) return InvalidArgument(where + ": empty, expected a header row");
+  if (!have_header) return InvalidArgument(path + ": empty file (no header line)");
   return table;
 }
 
-StatusOr<CsvTable> ReadCsv(const std::string& path, const std::string& what) {
-  ASSIGN_OR_RETURN(const std::string text, ReadFile(path, what));
-  return ParseCsv(text, what + " " + SanitizeUtf8(path));
+StatusOr<CsvTable> ReadCsv(const std::string& path) {
+  ASSIGN_OR_RETURN(const std::string text, ReadFile(path, "CSV file"));
+  return ParseCsv(text, SanitizeUtf8(path));
+}
+
+StatusOr<double> CsvDouble(const CsvTable& table, const CsvTable::Row& row, int column) {
+  double v = 0;
+  if (!ParseDouble(row.cells[column], &v)) {
+    return InvalidArgument(table.path + ":" + std::to_string(row.line) + ": column " +
+                           SanitizeUtf8(table.columns[column]) + ": not a finite number: \"" +
+                           SanitizeUtf8(row.cells[column].substr(0, 60)) + "\"");
+  }
+  return v;
+}
+
+StatusOr<int> CsvInt(const CsvTable& table, const CsvTable::Row& row, int column) {
+  std::int64_t v = 0;
+  if (!ParseInt64(row.cells[column], &v) || v < INT32_MIN || v > INT32_MAX) {
+    return InvalidArgument(table.path + ":" + std::to_string(row.line) + ": column " +
+                           SanitizeUtf8(table.columns[column]) + ": not an integer: \"" +
+                           SanitizeUtf8(row.cells[column].substr(0, 60)) + "\"");
+  }
+  return static_cast<int>(v);
 }
 
 bool ParseDouble(std::string_view cell, double* out) {

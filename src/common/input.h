@@ -60,19 +60,31 @@ StatusOr<nlohmann::json> ReadJsonFile(const std::string& path, const std::string
 Status ForEachJsonLine(const std::string& path, const std::string& what,
                        const std::function<Status(int line, const nlohmann::json&)>& fn);
 
-// A CSV file with a header row. Cells are split on ','; surrounding spaces are trimmed; no
-// quoting (none of TeDiServe's CSV inputs quote). Every row must have as many cells as the
-// header.
+// A CSV file with a header row: plain cells split on ',' (no quoting: none of TeDiServe's
+// CSV inputs quote), trimmed of blanks; blank lines and lines starting with '#' are skipped;
+// header names are non-empty and distinct; every row has as many cells as the header.
+// Messages read "<path>:<line>: ...".
 struct CsvTable {
-  std::vector<std::string> header;
-  std::vector<std::vector<std::string>> rows;
-  std::vector<int> row_lines;  // 1-based line number of each row, for messages
+  struct Row {
+    int line = 0;  // 1-based line in the file
+    std::vector<std::string> cells;
+  };
+  std::string path;
+  std::vector<std::string> columns;
+  std::vector<Row> rows;
 
-  // Index of a header column, or -1.
+  // The index of a column, or -1.
   int Column(std::string_view name) const;
+  // The index of a column, or an error `path: missing column "NAME"`.
+  StatusOr<int> RequireColumn(std::string_view name) const;
 };
-StatusOr<CsvTable> ParseCsv(std::string_view text, const std::string& where);
-StatusOr<CsvTable> ReadCsv(const std::string& path, const std::string& what);
+StatusOr<CsvTable> ParseCsv(std::string_view text, const std::string& path);
+// ReadFile (NotFound, directory, size bound) + ParseCsv.
+StatusOr<CsvTable> ReadCsv(const std::string& path);
+// Cell readers; errors read `path:line: column NAME: ...`. A whole cell must be the number,
+// and it must be finite (a double) or fit in an int.
+StatusOr<double> CsvDouble(const CsvTable& table, const CsvTable::Row& row, int column);
+StatusOr<int> CsvInt(const CsvTable& table, const CsvTable::Row& row, int column);
 
 // Parses a whole cell as a finite double / an integer in [lo, hi]; false on anything else
 // (empty, trailing characters, out of range, nan/inf).

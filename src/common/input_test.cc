@@ -67,18 +67,27 @@ TEST(ForEachJsonLine, NumbersLinesAndStopsAtTheFirstError) {
       << from_fn.message();
 }
 
-TEST(Csv, HeaderRowsAndRaggedLines) {
-  const auto t = ParseCsv("a, b\n1,2\n\n3 ,4\n", "p.csv");
-  ASSERT_TRUE(t.ok());
+TEST(Csv, HeaderRowsCommentsAndRaggedLines) {
+  const auto t = ParseCsv("# a comment\na, b\n1,2\n\n3 ,4\n", "p.csv");
+  ASSERT_TRUE(t.ok()) << t.status().message();
   EXPECT_EQ(t->Column("b"), 1);
   EXPECT_EQ(t->Column("c"), -1);
+  EXPECT_FALSE(t->RequireColumn("c").ok());
   ASSERT_EQ(t->rows.size(), 2u);
-  EXPECT_EQ(t->rows[1][0], "3");
-  EXPECT_EQ(t->row_lines[1], 4);
+  EXPECT_EQ(t->rows[1].cells[0], "3");
+  EXPECT_EQ(t->rows[1].line, 5);
+  EXPECT_EQ(CsvInt(*t, t->rows[1], 1).value(), 4);
   const auto ragged = ParseCsv("a,b\n1\n", "p.csv");
   ASSERT_FALSE(ragged.ok());
-  EXPECT_NE(ragged.status().message().find("p.csv:2"), std::string::npos);
+  EXPECT_NE(ragged.status().message().find("p.csv:2: expected 2 fields, got 1"), std::string::npos);
   EXPECT_FALSE(ParseCsv("\n\n", "p.csv").ok());
+  EXPECT_FALSE(ParseCsv("a,a\n", "p.csv").ok());
+  EXPECT_FALSE(ParseCsv("a,,b\n", "p.csv").ok());
+  const auto big = ParseCsv("a\n99999999999\nnan\n", "p.csv");
+  ASSERT_TRUE(big.ok());
+  EXPECT_FALSE(CsvInt(*big, big->rows[0], 0).ok());
+  EXPECT_TRUE(CsvDouble(*big, big->rows[0], 0).ok());
+  EXPECT_FALSE(CsvDouble(*big, big->rows[1], 0).ok());
 }
 
 TEST(Cells, ParseWholeFiniteValuesOnly) {

@@ -32,7 +32,7 @@ std::vector<RequestSpec> Sample() {
   std::vector<RequestSpec> v = {Make(0, 12, 32), Make(0.1, 300, 256, 2.5, 1),
                                 Make(1.0 / 3.0, 7, 64, 0.1 + 0.2),
                                 Make(12345.678901234567, 4000, 96, 1e-9, 3),
-                                Make(99999.99999999999, 1, 1, 123456789.125, -2)};
+                                Make(99999.99999999999, 1, 1, 12345678.125, -2)};
   for (size_t i = 0; i < v.size(); ++i) v[i].id = static_cast<int64_t>(i);
   return v;
 }
@@ -131,13 +131,15 @@ TEST(TraceTest, CsvErrorsNameFileAndLine) {
       {"1,10\n", "t.csv:3: expected 5 fields, got 2"},
       {"1,abc,32,,\n", "t.csv:3: column prompt_len: not an integer: \"abc\""},
       {"1,10,32.5,,\n", "t.csv:3: column output_len: not an integer: \"32.5\""},
-      {"x,10,32,,\n", "t.csv:3: column arrival_s: not a number: \"x\""},
-      {"-1,10,32,,\n", "t.csv:3: arrival_s: must be finite and >= 0, got -1"},
-      {"inf,10,32,,\n", "t.csv:3: arrival_s: must be finite"},
-      {"nan,10,32,,\n", "t.csv:3: arrival_s: must be finite"},
-      {"1,0,32,,\n", "t.csv:3: prompt_len: must be > 0, got 0"},
-      {"1,10,-32,,\n", "t.csv:3: output_len: must be > 0, got -32"},
-      {"1,10,32,-2,\n", "t.csv:3: slo_s: must be finite and >= 0"},
+      {"x,10,32,,\n", "t.csv:3: column arrival_s: not a finite number: \"x\""},
+      {"-1,10,32,,\n", "t.csv:3: arrival_s: must be finite and in [0, 31536000], got -1"},
+      {"inf,10,32,,\n", "t.csv:3: column arrival_s: not a finite number"},
+      {"nan,10,32,,\n", "t.csv:3: column arrival_s: not a finite number"},
+      {"4e18,10,32,,\n", "t.csv:3: arrival_s: must be finite and in [0, 31536000], got 4e+18"},
+      {"1,2000000,32,,\n", "t.csv:3: prompt_len: must be > 0 and <= 1048576"},
+      {"1,0,32,,\n", "t.csv:3: prompt_len: must be > 0 and <= 1048576, got 0"},
+      {"1,10,-32,,\n", "t.csv:3: output_len: must be > 0 and <= 1048576, got -32"},
+      {"1,10,32,-2,\n", "t.csv:3: slo_s: must be finite and in [0, 31536000]"},
       {"1,10,32,,high\n", "t.csv:3: column priority: not an integer"},
       {"1,10,99999999999,,\n", "t.csv:3: column output_len: not an integer"},
   };
@@ -161,21 +163,24 @@ TEST(TraceTest, JsonlErrorsNameFileAndLine) {
   const Case cases[] = {
       {"{\"arrival_s\": 1, \"prompt_len\": 10}", "t.jsonl:3: missing key \"output_len\""},
       {"{\"arrival_s\": 1, \"prompt_len\": \"10\", \"output_len\": 32}",
-       "t.jsonl:3: prompt_len: expected an integer, got \"10\""},
+       "t.jsonl:3: prompt_len: expected an integer in [-2147483648, 2147483647], got \"10\""},
       {"{\"arrival_s\": 1, \"prompt_len\": 10.5, \"output_len\": 32}",
        "t.jsonl:3: prompt_len: expected an integer"},
       {"{\"arrival_s\": \"soon\", \"prompt_len\": 10, \"output_len\": 32}",
        "t.jsonl:3: arrival_s: expected a number"},
       {"{\"arrival_s\": -0.5, \"prompt_len\": 10, \"output_len\": 32}",
-       "t.jsonl:3: arrival_s: must be finite and >= 0"},
+       "t.jsonl:3: arrival_s: must be finite and in [0, 31536000]"},
       {"{\"arrival_s\": 1, \"prompt_len\": 10, \"output_len\": 0}",
        "t.jsonl:3: output_len: must be > 0"},
       {"{\"arrival_s\": 1, \"prompt_len\": 10, \"output_len\": 32, \"slo\": 2}",
        "t.jsonl:3: unknown key \"slo\""},
       {"{\"arrival_s\": 1, \"prompt_len\": 10, \"output_len\": 5000000000}",
-       "t.jsonl:3: output_len: out of range"},
+       "t.jsonl:3: output_len: expected an integer in"},
       {"{\"arrival_s\": 1, ", "t.jsonl:3: not valid JSON"},
       {"[1, 10, 32]", "t.jsonl:3: expected a JSON object"},
+      {"{\"arrival_s\": 9.2e18, \"prompt_len\": 10, \"output_len\": 32}",
+       "t.jsonl:3: arrival_s: must be finite and in [0, 31536000]"},
+      {std::string(1000, '[') + std::string(1000, ']'), "t.jsonl:3: JSON nested deeper than 64"},
   };
   for (const Case& c : cases) {
     EXPECT_THAT(ReadError("t.jsonl", ok + "\n" + c.line + "\n"), HasSubstr(c.want)) << c.line;

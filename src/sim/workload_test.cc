@@ -550,7 +550,7 @@ TEST(WorkloadTest, MalformedDataFilesNameFileAndLine) {
                 ":3: hour_of_day: expected 1, got 2"));
   write("t.csv", "arrival_s,prompt_len,output_len\n1,2,3\n-1,2,3\n");
   EXPECT_THAT(ParseError("workload:\n  arrivals: {type: trace, file: t.csv}\n", dir.path()),
-              HasSubstr("t.csv:3: arrival_s: must be finite and >= 0, got -1"));
+              HasSubstr("t.csv:3: arrival_s: must be finite and in [0, 31536000], got -1"));
 }
 
 TEST(WorkloadTest, GenerateRejectsHandBuiltNonsense) {
