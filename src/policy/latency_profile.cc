@@ -2,31 +2,26 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <sstream>
+#include <cstdio>
 
 #include <nlohmann/json.hpp>
+
+#include "common/input.h"
 
 namespace tediserve::policy {
 namespace {
 
-bool ParseDouble(const std::string& s, double* out) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  *out = std::strtod(s.c_str(), &end);
-  return end == s.c_str() + s.size() && std::isfinite(*out);
-}
+// What a measured profile can hold: steps of up to 10M batched tokens, each taking at most an
+// hour (anything slower is a unit mistake; it would also stall a simulation for ever).
+constexpr double kMaxTokens = 1e7;
+constexpr double kMaxStepSeconds = 3600;
+constexpr size_t kMaxPoints = 100000;
+constexpr int kMaxTp = 1024;
 
-std::vector<std::string> SplitCsv(const std::string& line) {
-  std::vector<std::string> out;
-  std::stringstream ss(line);
-  std::string cell;
-  while (std::getline(ss, cell, ',')) {
-    while (!cell.empty() && (cell.back() == '\r' || cell.back() == ' ')) cell.pop_back();
-    while (!cell.empty() && cell.front() == ' ') cell.erase(cell.begin());
-    out.push_back(cell);
-  }
-  return out;
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
 }
 
 }  // namespace
@@ -37,7 +32,14 @@ StatusOr<LatencyProfile> LatencyProfile::FromPoints(
   LatencyProfile p;
   p.source_ = source;
   for (auto& [tp, pts] : points) {
-    if (tp <= 0) return InvalidArgument(source + ": TP degree must be > 0, got " + std::to_string(tp));
+    if (tp <= 0 || tp > kMaxTp) {
+      return InvalidArgument(source + ": TP degree must be > 0 and <= " + std::to_string(kMaxTp) +
+                             ", got " + std::to_string(tp));
+    }
+    if (pts.size() > kMaxPoints) {
+      return InvalidArgument(source + ": TP " + std::to_string(tp) + ": more than " +
+                             std::to_string(kMaxPoints) + " points");
+    }
     if (pts.size() < 2) {
       return InvalidArgument(source + ": TP " + std::to_string(tp) + " needs at least 2 points");
     }
@@ -48,6 +50,12 @@ StatusOr<LatencyProfile> LatencyProfile::FromPoints(
       if (!(n > 0) || !(s > 0)) {
         return InvalidArgument(source + ": TP " + std::to_string(tp) +
                                ": tokens and latency must be > 0 (point " + std::to_string(i) + ")");
+      }
+      if (!(n <= kMaxTokens) || !(s <= kMaxStepSeconds)) {
+        return InvalidArgument(source + ": TP " + std::to_string(tp) + ": point " +
+                               std::to_string(i) + " (" + Num(n) + " tokens, " + Num(s) +
+                               " s): tokens must be <= " + Num(kMaxTokens) +
+                               " and a step at most " + Num(kMaxStepSeconds) + " s");
       }
       if (i > 0 && n == pts[i - 1].first) {
         return InvalidArgument(source + ": TP " + std::to_string(tp) + ": token count " +
@@ -69,44 +77,38 @@ StatusOr<LatencyProfile> LatencyProfile::FromPoints(
 }
 
 StatusOr<LatencyProfile> LatencyProfile::LoadCsv(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return NotFound("cannot open latency profile " + path);
-  std::string line;
-  if (!std::getline(in, line)) return InvalidArgument(path + ": empty latency profile");
-  const auto header = SplitCsv(line);
+  auto table_or = ReadCsv(path);
+  if (!table_or.ok()) return table_or.status().WithContext("latency profile");
+  const CsvTable& table = *table_or;
+  const auto& header = table.columns;
   if (header.size() < 2 || header[0] != "num_batched_tokens") {
-    return InvalidArgument(path + ":1: header must be num_batched_tokens,tp1_ms,...");
+    return InvalidArgument(path + ": header must be num_batched_tokens,tp1_ms,...");
   }
   std::vector<int> tps;
   for (size_t i = 1; i < header.size(); ++i) {
     const std::string& h = header[i];
-    int tp = 0;
+    std::int64_t tp = 0;
     if (h.size() < 6 || h.rfind("tp", 0) != 0 || h.substr(h.size() - 3) != "_ms" ||
-        std::sscanf(h.c_str() + 2, "%d", &tp) != 1 || tp <= 0) {
-      return InvalidArgument(path + ":1: column '" + h + "' is not tpN_ms");
+        !ParseInt64(std::string_view(h).substr(2, h.size() - 5), &tp) || tp <= 0 || tp > kMaxTp) {
+      return InvalidArgument(path + ": column '" + SanitizeUtf8(h.substr(0, 60)) +
+                             "' is not tpN_ms (N in 1.." + std::to_string(kMaxTp) + ")");
     }
-    tps.push_back(tp);
+    tps.push_back(static_cast<int>(tp));
   }
   std::map<int, std::vector<std::pair<double, double>>> points;
   for (int tp : tps) points[tp];  // a column without rows is "too few points", not absent
-  int lineno = 1;
-  while (std::getline(in, line)) {
-    ++lineno;
-    if (line.empty() || line == "\r") continue;
-    const auto cells = SplitCsv(line);
-    if (cells.size() != header.size()) {
-      return InvalidArgument(path + ":" + std::to_string(lineno) + ": expected " +
-                             std::to_string(header.size()) + " columns, got " +
-                             std::to_string(cells.size()));
+  for (const CsvTable::Row& row : table.rows) {
+    const std::string at = path + ":" + std::to_string(row.line) + ": ";
+    ASSIGN_OR_RETURN(const double n, CsvDouble(table, row, 0));
+    if (!(n > 0) || n > kMaxTokens) {
+      return InvalidArgument(at + "num_batched_tokens must be in (0, " + Num(kMaxTokens) +
+                             "], got " + Num(n));
     }
-    double n = 0;
-    if (!ParseDouble(cells[0], &n) || n <= 0) {
-      return InvalidArgument(path + ":" + std::to_string(lineno) + ": bad token count '" + cells[0] + "'");
-    }
-    for (size_t i = 1; i < cells.size(); ++i) {
-      double ms = 0;
-      if (!ParseDouble(cells[i], &ms) || ms <= 0) {
-        return InvalidArgument(path + ":" + std::to_string(lineno) + ": bad latency '" + cells[i] + "'");
+    for (size_t i = 1; i < row.cells.size(); ++i) {
+      ASSIGN_OR_RETURN(const double ms, CsvDouble(table, row, static_cast<int>(i)));
+      if (!(ms > 0) || ms > kMaxStepSeconds * 1000) {
+        return InvalidArgument(at + header[i] + " must be in (0, " + Num(kMaxStepSeconds * 1000) +
+                               "] ms, got " + Num(ms));
       }
       points[tps[i - 1]].push_back({n, ms / 1000.0});
     }
@@ -119,19 +121,19 @@ StatusOr<LatencyProfile> LatencyProfile::LoadJson(const std::map<int, std::strin
   std::string source;
   for (const auto& [tp, path] : path_by_tp) {
     source += (source.empty() ? "" : ",") + path;
-    std::ifstream in(path);
-    if (!in) return NotFound("cannot open latency profile " + path);
-    nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object()) {
+    ASSIGN_OR_RETURN(const nlohmann::json j, ReadJsonFile(path, "latency profile"));
+    if (!j.is_object()) {
       return InvalidArgument(path + ": not a JSON object {\"tokens\": seconds}");
     }
     auto& pts = points[tp];  // an empty object must fail as too few points, not vanish
     for (const auto& [k, v] : j.items()) {
       double n = 0;
-      if (!ParseDouble(k, &n) || !v.is_number()) {
-        return InvalidArgument(path + ": bad entry \"" + k + "\"");
+      if (!ParseDouble(k, &n)) {
+        return InvalidArgument(path + ": key \"" + SanitizeUtf8(k.substr(0, 60)) +
+                               "\" is not a token count");
       }
-      pts.push_back({n, v.get<double>()});
+      ASSIGN_OR_RETURN(const double seconds, JsonNumber(v, path + ": \"" + SanitizeUtf8(k.substr(0, 60)) + "\"", -1e308, 1e308));
+      pts.push_back({n, seconds});
     }
   }
   return FromPoints(std::move(points), source);

@@ -158,19 +158,21 @@ TEST_F(LatencyProfileFileTest, ParsesCsvInMilliseconds) {
 
 TEST_F(LatencyProfileFileTest, CsvErrorsNameFileLineAndProblem) {
   ExpectCsvError("", "empty");
-  ExpectCsvError("tokens,tp1_ms\n100,1\n200,2\n", ":1: header");
-  ExpectCsvError("num_batched_tokens\n100\n200\n", ":1: header");
-  ExpectCsvError("num_batched_tokens,tp1\n100,1\n200,2\n", ":1: column 'tp1' is not tpN_ms");
+  ExpectCsvError("tokens,tp1_ms\n100,1\n200,2\n", "header must be num_batched_tokens");
+  ExpectCsvError("num_batched_tokens\n100\n200\n", "header must be num_batched_tokens");
+  ExpectCsvError("num_batched_tokens,tp1\n100,1\n200,2\n", "column 'tp1' is not tpN_ms");
   ExpectCsvError("num_batched_tokens,gpu1_ms\n100,1\n200,2\n", "is not tpN_ms");
   ExpectCsvError("num_batched_tokens,tp0_ms\n100,1\n200,2\n", "is not tpN_ms");
-  ExpectCsvError("num_batched_tokens,tp1_ms\n100,1\n200,2,3\n", ":3: expected 2 columns, got 3");
-  ExpectCsvError("num_batched_tokens,tp1_ms,tp2_ms\n100,1\n", ":2: expected 3 columns, got 2");
-  ExpectCsvError("num_batched_tokens,tp1_ms\n100,1\nabc,2\n", ":3: bad token count 'abc'");
-  ExpectCsvError("num_batched_tokens,tp1_ms\n100,1\n200,2ms\n", ":3: bad latency '2ms'");
-  ExpectCsvError("num_batched_tokens,tp1_ms\n100,1\n200,nan\n", ":3: bad latency 'nan'");
-  ExpectCsvError("num_batched_tokens,tp1_ms\n100,1\n200,0\n", ":3: bad latency '0'");
-  ExpectCsvError("num_batched_tokens,tp1_ms\n100,1\n200,-4\n", ":3: bad latency '-4'");
-  ExpectCsvError("num_batched_tokens,tp1_ms\n0,1\n200,2\n", ":2: bad token count '0'");
+  ExpectCsvError("num_batched_tokens,tp1_ms\n100,1\n200,2,3\n", ":3: expected 2 fields, got 3");
+  ExpectCsvError("num_batched_tokens,tp1_ms,tp2_ms\n100,1\n", ":2: expected 3 fields, got 2");
+  ExpectCsvError("num_batched_tokens,tp1_ms\n100,1\nabc,2\n", ":3: column num_batched_tokens: not a finite number: \"abc\"");
+  ExpectCsvError("num_batched_tokens,tp1_ms\n100,1\n200,2ms\n", ":3: column tp1_ms: not a finite number: \"2ms\"");
+  ExpectCsvError("num_batched_tokens,tp1_ms\n100,1\n200,nan\n", ":3: column tp1_ms: not a finite number: \"nan\"");
+  ExpectCsvError("num_batched_tokens,tp1_ms\n100,1\n200,0\n", ":3: tp1_ms must be in (0, 3.6e+06] ms, got 0");
+  ExpectCsvError("num_batched_tokens,tp1_ms\n100,1\n200,-4\n", ":3: tp1_ms must be in (0, 3.6e+06] ms, got -4");
+  ExpectCsvError("num_batched_tokens,tp1_ms\n100,1\n200,1e300\n", ":3: tp1_ms must be in (0, 3.6e+06] ms, got 1e+300");
+  ExpectCsvError("num_batched_tokens,tp99999_ms\n100,1\n200,2\n", "is not tpN_ms");
+  ExpectCsvError("num_batched_tokens,tp1_ms\n0,1\n200,2\n", ":2: num_batched_tokens must be in (0, 1e+07], got 0");
   ExpectCsvError("num_batched_tokens,tp1_ms\n100,1\n100,2\n", "token count 100 appears twice");
   ExpectCsvError("num_batched_tokens,tp1_ms\n100,1\n", "at least 2 points");
   // A header and no rows has fewer than 2 points too.
@@ -207,11 +209,13 @@ TEST_F(LatencyProfileFileTest, JsonErrors) {
     EXPECT_THAT(p.status().message(), HasSubstr(path));
     EXPECT_THAT(p.status().message(), HasSubstr(what));
   };
-  expect_bad("{\"100\": 0.01,", StatusCode::kInvalidArgument, "not a JSON object");
+  expect_bad("{\"100\": 0.01,", StatusCode::kInvalidArgument, "not valid JSON");
   expect_bad("[1, 2]", StatusCode::kInvalidArgument, "not a JSON object");
-  expect_bad(R"({"100": 0.01, "abc": 0.02})", StatusCode::kInvalidArgument, "bad entry \"abc\"");
-  expect_bad(R"({"100": 0.01, "200": "fast"})", StatusCode::kInvalidArgument, "bad entry \"200\"");
+  expect_bad(R"({"100": 0.01, "abc": 0.02})", StatusCode::kInvalidArgument, "key \"abc\" is not a token count");
+  expect_bad(R"({"100": 0.01, "200": "fast"})", StatusCode::kInvalidArgument, "\"200\": expected a number");
   expect_bad(R"({"100": 0.01, "200": -1})", StatusCode::kInvalidArgument, "must be > 0");
+  expect_bad(R"({"1": 0.001, "100000": 1e300})", StatusCode::kInvalidArgument, "a step at most 3600 s");
+  expect_bad(std::string(100, '[') + std::string(100, ']'), StatusCode::kInvalidArgument, "nested deeper");
   expect_bad(R"({"100": 0.01, "1e2": 0.02})", StatusCode::kInvalidArgument, "appears twice");
   expect_bad(R"({"100": 0.01})", StatusCode::kInvalidArgument, "TP 2 needs at least 2 points");
   // An empty object must not silently drop its TP degree from the profile.
