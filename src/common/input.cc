@@ -165,16 +165,32 @@ StatusOr<CsvTable> ParseCsv(std::string_view text, const std::string& path) {
                              " bytes");
     }
     if (s.empty() || s.front() == '#') continue;
+    // Cells split on ','; a cell may be double-quoted ("" inside is a quote, commas are kept).
     std::vector<std::string> cells;
-    std::size_t start = 0;
-    while (true) {
-      const std::size_t comma = s.find(',', start);
-      cells.emplace_back(trim(s.substr(start, comma == std::string_view::npos
-                                                  ? std::string_view::npos
-                                                  : comma - start)));
-      if (comma == std::string_view::npos) break;
-      start = comma + 1;
+    std::string cur;
+    bool quoted = false;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      const char ch = s[i];
+      if (quoted) {
+        if (ch == '"' && i + 1 < s.size() && s[i + 1] == '"') {
+          cur += '"';
+          ++i;
+        } else if (ch == '"') {
+          quoted = false;
+        } else {
+          cur += ch;
+        }
+      } else if (ch == '"') {
+        quoted = true;
+      } else if (ch == ',') {
+        cells.emplace_back(trim(cur));
+        cur.clear();
+      } else {
+        cur += ch;
+      }
     }
+    if (quoted) return InvalidArgument(where(line) + "unterminated quoted cell");
+    cells.emplace_back(trim(cur));
     if (!have_header) {
       for (std::size_t i = 0; i < cells.size(); ++i) {
         if (cells[i].empty()) return InvalidArgument(where(line) + "empty column name in header");

@@ -60,8 +60,8 @@ StatusOr<nlohmann::json> ReadJsonFile(const std::string& path, const std::string
 Status ForEachJsonLine(const std::string& path, const std::string& what,
                        const std::function<Status(int line, const nlohmann::json&)>& fn);
 
-// A CSV file with a header row: plain cells split on ',' (no quoting: none of TeDiServe's
-// CSV inputs quote), trimmed of blanks; blank lines and lines starting with '#' are skipped;
+// A CSV file with a header row: cells split on ',' (a cell may be double-quoted, with ""
+// for a quote inside), trimmed of blanks; blank lines and lines starting with '#' are skipped;
 // header names are non-empty and distinct; every row has as many cells as the header.
 // Messages read "<path>:<line>: ...".
 struct CsvTable {

@@ -82,6 +82,10 @@ TEST(Csv, HeaderRowsCommentsAndRaggedLines) {
   EXPECT_NE(ragged.status().message().find("p.csv:2: expected 2 fields, got 1"), std::string::npos);
   EXPECT_FALSE(ParseCsv("\n\n", "p.csv").ok());
   EXPECT_FALSE(ParseCsv("a,a\n", "p.csv").ok());
+  const auto quoted = ParseCsv("a,b\n\"x, \"\"y\"\"\",2\n", "p.csv");
+  ASSERT_TRUE(quoted.ok()) << quoted.status().message();
+  EXPECT_EQ(quoted->rows[0].cells[0], "x, \"y\"");
+  EXPECT_FALSE(ParseCsv("a\n\"open\n", "p.csv").ok());
   EXPECT_FALSE(ParseCsv("a,,b\n", "p.csv").ok());
   const auto big = ParseCsv("a\n99999999999\nnan\n", "p.csv");
   ASSERT_TRUE(big.ok());

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <vector>
 
+#include "common/input.h"
 #include "common/temp_dir.h"
 
 extern char** environ;
@@ -29,70 +30,17 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // ---- CSV ------------------------------------------------------------------------------
 
-struct Csv {
-  std::string path;
-  std::vector<std::string> header;
-  std::vector<std::vector<std::string>> rows;
-  std::vector<int> lines;  // file line of each row, for messages
-};
-
 std::string Trim(const std::string& s) {
   const size_t b = s.find_first_not_of(" \t\r");
   if (b == std::string::npos) return "";
   return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
 }
 
-// Comma-separated fields; a field may be double-quoted ("" inside is a quote).
-std::vector<std::string> SplitCsvLine(const std::string& line) {
-  std::vector<std::string> out;
-  std::string cur;
-  bool quoted = false;
-  for (size_t i = 0; i < line.size(); ++i) {
-    const char ch = line[i];
-    if (quoted) {
-      if (ch == '"' && i + 1 < line.size() && line[i + 1] == '"') {
-        cur += '"';
-        ++i;
-      } else if (ch == '"') {
-        quoted = false;
-      } else {
-        cur += ch;
-      }
-    } else if (ch == '"') {
-      quoted = true;
-    } else if (ch == ',') {
-      out.push_back(Trim(cur));
-      cur.clear();
-    } else {
-      cur += ch;
-    }
-  }
-  out.push_back(Trim(cur));
-  return out;
-}
+using Csv = CsvTable;
 
-StatusOr<Csv> ReadCsv(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return NotFound("cannot open " + path);
-  Csv csv;
-  csv.path = path;
-  std::string line;
-  int n = 0;
-  while (std::getline(in, line)) {
-    ++n;
-    if (Trim(line).empty()) continue;
-    auto fields = SplitCsvLine(line);
-    if (csv.header.empty()) {
-      csv.header = std::move(fields);
-      continue;
-    }
-    if (fields.size() != csv.header.size())
-      return InvalidArgument(path + ":" + std::to_string(n) + ": " + std::to_string(fields.size()) +
-                             " fields, the header has " + std::to_string(csv.header.size()));
-    csv.rows.push_back(std::move(fields));
-    csv.lines.push_back(n);
-  }
-  if (csv.header.empty()) return InvalidArgument(path + ": empty (no header row)");
+// The common CSV reader, plus: a file to plot needs data rows.
+StatusOr<Csv> ReadPlotCsv(const std::string& path) {
+  ASSIGN_OR_RETURN(Csv csv, ::tediserve::ReadCsv(path));
   if (csv.rows.empty()) return InvalidArgument(path + ": no data rows");
   return csv;
 }
@@ -101,16 +49,16 @@ StatusOr<Csv> ReadCsv(const std::string& path) {
 StatusOr<std::vector<int>> Columns(const Csv& csv, const std::vector<std::string>& names) {
   std::vector<int> idx;
   for (const auto& name : names) {
-    auto it = std::find(csv.header.begin(), csv.header.end(), name);
-    if (it == csv.header.end()) return InvalidArgument(csv.path + ": missing column '" + name + "'");
-    idx.push_back(static_cast<int>(it - csv.header.begin()));
+    auto it = std::find(csv.columns.begin(), csv.columns.end(), name);
+    if (it == csv.columns.end()) return InvalidArgument(csv.path + ": missing column '" + name + "'");
+    idx.push_back(static_cast<int>(it - csv.columns.begin()));
   }
   return idx;
 }
 
 // A number; "", "nan" (any case) and "-" are missing values.
 StatusOr<double> Number(const Csv& csv, size_t row, int col) {
-  const std::string& f = csv.rows[row][col];
+  const std::string& f = csv.rows[row].cells[col];
   std::string lower = f;
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
   if (f.empty() || lower == "nan" || lower == "-nan" || f == "-") return kNaN;
@@ -118,7 +66,7 @@ StatusOr<double> Number(const Csv& csv, size_t row, int col) {
   errno = 0;
   const double v = std::strtod(f.c_str(), &end);
   if (end != f.c_str() + f.size() || errno == ERANGE)
-    return InvalidArgument(csv.path + ":" + std::to_string(csv.lines[row]) + ": column '" + csv.header[col] +
+    return InvalidArgument(csv.path + ":" + std::to_string(csv.rows[row].line) + ": column '" + csv.columns[col] +
                            "': not a number: '" + f + "'");
   return v;
 }
@@ -255,7 +203,7 @@ Status CheckDir(const fs::path& dir) {
 Status PlotTimeline(const std::string& run_dir, const std::string& title, const PlotOptions& options) {
   const std::string csv_path = (fs::path(run_dir) / "timeline.csv").string();
   const std::string png = (fs::path(run_dir) / "timeline.png").string();
-  ASSIGN_OR_RETURN(Csv csv, ReadCsv(csv_path));
+  ASSIGN_OR_RETURN(Csv csv, ReadPlotCsv(csv_path));
   const std::vector<std::string> names = {"t_s",      "arrival_rps",      "active",            "queued",
                                           "mean_threshold", "mean_cap", "window_attainment", "window_mean_latency_s"};
   ASSIGN_OR_RETURN(std::vector<int> cols, Columns(csv, names));
@@ -308,7 +256,7 @@ Status PlotTimeline(const std::string& run_dir, const std::string& title, const 
 Status PlotSweep(const std::string& sweep_csv, const std::string& x_label, const std::string& out_prefix,
                  const std::string& title, const PlotOptions& options) {
   if (out_prefix.empty()) return InvalidArgument("empty output prefix for the sweep plots");
-  ASSIGN_OR_RETURN(Csv csv, ReadCsv(sweep_csv));
+  ASSIGN_OR_RETURN(Csv csv, ReadPlotCsv(sweep_csv));
   ASSIGN_OR_RETURN(std::vector<int> cols,
                    Columns(csv, {"policy", "x", "attainment", "mean_latency_s", "p50_latency_s", "p99_latency_s",
                                  "quality"}));
@@ -317,16 +265,16 @@ Status PlotSweep(const std::string& sweep_csv, const std::string& x_label, const
   std::vector<std::string> policies;
   std::map<std::string, std::vector<std::vector<double>>> by_policy;
   for (size_t r = 0; r < csv.rows.size(); ++r) {
-    const std::string& p = csv.rows[r][cols[0]];
+    const std::string& p = csv.rows[r].cells[cols[0]];
     if (p.empty())
-      return InvalidArgument(sweep_csv + ":" + std::to_string(csv.lines[r]) + ": empty policy name");
+      return InvalidArgument(sweep_csv + ":" + std::to_string(csv.rows[r].line) + ": empty policy name");
     std::vector<double> v;
     for (size_t i = 1; i < cols.size(); ++i) {
       ASSIGN_OR_RETURN(double x, Number(csv, r, cols[i]));
       v.push_back(x);
     }
     if (!std::isfinite(v[0]))
-      return InvalidArgument(sweep_csv + ":" + std::to_string(csv.lines[r]) + ": x is missing");
+      return InvalidArgument(sweep_csv + ":" + std::to_string(csv.rows[r].line) + ": x is missing");
     if (!by_policy.count(p)) policies.push_back(p);
     by_policy[p].push_back(std::move(v));
   }
