@@ -7,6 +7,8 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+
+#include "common/input.h"
 #include <numeric>
 #include <set>
 #include <sstream>
@@ -37,6 +39,11 @@ double Interpolate(const std::vector<double>& xs, const std::vector<double>& ys,
   return ys.back();
 }
 
+// Bounds that follow from the models calibrated: LLaDA/Dream decode blocks of 4 to 64 tokens
+// and outputs of up to a few thousand; the fit holds requests x output floats in memory.
+constexpr int kMaxCalibrationBlock = 1024;
+constexpr int kMaxCalibrationOutput = 8192;
+
 // The checks calibrations and fit targets share. `where` prefixes messages.
 Status ValidateCurves(const std::string& where, int block_size, const std::vector<double>& th,
                       const std::vector<double>& tps, const std::vector<double>& acc, double steps_cv,
@@ -44,8 +51,10 @@ Status ValidateCurves(const std::string& where, int block_size, const std::vecto
   auto bad = [&](const std::string& field, const std::string& why) {
     return InvalidArgument(where + "field \"" + field + "\": " + why);
   };
-  if (block_size <= 0) return bad("block_size", "must be > 0, got " + std::to_string(block_size));
-  if (th.empty()) return bad("thresholds", "must not be empty");
+  if (block_size <= 0 || block_size > kMaxCalibrationBlock)
+    return bad("block_size", "must be in [1, " + std::to_string(kMaxCalibrationBlock) + "], got " +
+                                 std::to_string(block_size));
+  if (th.empty() || th.size() > 64) return bad("thresholds", "must list 1 to 64 thresholds");
   for (size_t i = 0; i < th.size(); ++i) {
     if (!(th[i] > 0 && th[i] <= 1)) return bad("thresholds", "must be in (0, 1], got " + Num(th[i]));
     if (i > 0 && !(th[i] < th[i - 1]))
@@ -68,9 +77,10 @@ Status ValidateCurves(const std::string& where, int block_size, const std::vecto
   for (double a : acc)
     if (!(a >= 0 && a <= 1)) return bad("accuracy", "must be in [0, 1], got " + Num(a));
   if (!(steps_cv >= 0 && std::isfinite(steps_cv))) return bad("steps_cv", "must be >= 0, got " + Num(steps_cv));
-  if (cv_output_len <= 0 || cv_output_len % block_size != 0)
+  if (cv_output_len <= 0 || cv_output_len > kMaxCalibrationOutput || cv_output_len % block_size != 0)
     return bad("cv_output_len", "must be a positive multiple of block_size " + std::to_string(block_size) +
-                                    ", got " + std::to_string(cv_output_len));
+                                    " and at most " + std::to_string(kMaxCalibrationOutput) + ", got " +
+                                    std::to_string(cv_output_len));
   return Status::Ok();
 }
 
@@ -113,7 +123,7 @@ Status ReadString(const json& j, const std::string& where, const std::string& fi
   if (!j.contains(field)) return Missing(where, field);
   if (!j[field].is_string()) return InvalidArgument(where + "field \"" + field + "\": must be a string");
   *out = j[field].get<std::string>();
-  return Status::Ok();
+  return Status::Ok();  // nlohmann's parser has already refused invalid UTF-8
 }
 
 Status ParamsFromJson(const json& j, const std::string& where, DenoiserParams* p) {
@@ -332,17 +342,14 @@ Status ValidateTargets(const FitTargets& t) {
 }
 
 StatusOr<Calibration> LoadCalibration(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return NotFound("cannot open calibration " + path);
-  json j = json::parse(in, nullptr, false);
-  if (j.is_discarded()) return DataLoss(path + ": not valid JSON");
+  ASSIGN_OR_RETURN(const json j, ReadJsonFile(path, "calibration"));
   if (!j.is_object()) return InvalidArgument(path + ": must be a JSON object");
   const std::string where = path + ": ";
   static const std::set<std::string> kKnown = {"name",         "block_size", "thresholds", "tokens_per_step",
                                                "accuracy",     "steps_cv",   "cv_output_len", "params",
                                                "fit",          "source"};
   for (const auto& [key, _] : j.items())
-    if (!kKnown.count(key)) return InvalidArgument(where + "unknown field \"" + key + "\"");
+    if (!kKnown.count(key)) return InvalidArgument(where + "unknown field \"" + SanitizeUtf8(key.substr(0, 60)) + "\"");
   Calibration c;
   RETURN_IF_ERROR(ReadString(j, where, "name", &c.name));
   if (c.name.empty()) return InvalidArgument(where + "field \"name\": must not be empty");
@@ -389,7 +396,7 @@ Status SaveCalibration(const std::string& path, const Calibration& c) {
   j["source"] = c.source;
   std::ofstream out(path);
   if (!out) return IoError("cannot write calibration " + path);
-  out << j.dump(2) << "\n";
+  out << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
   out.close();
   if (!out) return Internal("error writing calibration " + path);
   return Status::Ok();
@@ -516,33 +523,27 @@ StatusOr<FitTargets> TargetsFromStepLogs(const std::vector<std::string>& paths, 
   int64_t max_pos = -1;
   int64_t lines_total = 0;
   for (const std::string& path : paths) {
-    std::ifstream in(path);
-    if (!in) return NotFound("cannot open step log " + path);
     std::map<int64_t, Open> open;
-    std::string line;
-    int64_t n = 0;
-    while (std::getline(in, line)) {
-      ++n;
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      const std::string where = path + ":" + std::to_string(n) + ": ";
-      json j = json::parse(line, nullptr, false);
-      if (!j.is_object()) return DataLoss(where + "not a JSON object");
+    RETURN_IF_ERROR(ForEachJsonLine(path, "step log", [&](int, const json& j) -> Status {
+      const std::string where;
+      if (!j.is_object()) return InvalidArgument("not a JSON object");
       if (!j.contains("request") || !j["request"].is_number_integer()) return Missing(where, "request");
       if (!j.contains("threshold") || !j["threshold"].is_number()) return Missing(where, "threshold");
       if (!j.contains("block") || !j["block"].is_number_integer()) return Missing(where, "block");
       if (!j.contains("unmasked") || !j["unmasked"].is_array()) return Missing(where, "unmasked");
       if (!j.contains("done") || !j["done"].is_boolean()) return Missing(where, "done");
-      const int64_t id = j["request"].get<int64_t>();
+      ASSIGN_OR_RETURN(const int64_t id, JsonInt(j["request"], "field \"request\"", 0, INT64_MAX));
       const double th = j["threshold"].get<double>();
       if (!(th > 0 && th <= 1)) return InvalidArgument(where + "field \"threshold\": must be in (0, 1]");
       const int key = static_cast<int>(std::lround(th * 1e4));
-      const int block = j["block"].get<int>();
-      if (block < 0) return InvalidArgument(where + "field \"block\": must be >= 0");
+      ASSIGN_OR_RETURN(const int64_t block,
+                       JsonInt(j["block"], "field \"block\"", 0, kMaxCalibrationOutput - 1));
       const json& un = j["unmasked"];
       for (const json& u : un) {
         if (!u.is_array() || u.empty() || !u[0].is_number_integer())
           return InvalidArgument(where + "field \"unmasked\": must hold [position, token] pairs");
-        const int64_t pos = u[0].get<int64_t>();
+        ASSIGN_OR_RETURN(const int64_t pos,
+                         JsonInt(u[0], "field \"unmasked\": position", 0, kMaxCalibrationOutput - 1));
         max_pos = std::max(max_pos, pos);
         if (block >= 1) block_upper = std::min(block_upper, pos / block);
       }
@@ -555,12 +556,13 @@ StatusOr<FitTargets> TargetsFromStepLogs(const std::vector<std::string>& paths, 
       if (fresh) r.key = key;
       ++r.steps;
       if (r.key != key) r.key = -1;
-      r.max_block = std::max(r.max_block, block);
+      r.max_block = std::max(r.max_block, static_cast<int>(block));
       if (j["done"].get<bool>()) {
         done.push_back({r.steps, r.key, r.max_block + 1});
         open.erase(it);
       }
-    }
+      return Status::Ok();
+    }));
   }
   if (by_key.empty()) return InvalidArgument("step logs hold no steps");
   FitTargets t;
@@ -568,10 +570,16 @@ StatusOr<FitTargets> TargetsFromStepLogs(const std::vector<std::string>& paths, 
   t.sigma_block = opt.sigma_block;
   int max_blocks = 1;
   for (const Done& d : done) max_blocks = std::max(max_blocks, d.blocks);
-  if (opt.block_size > 0) t.block_size = opt.block_size;
-  else if (block_upper != std::numeric_limits<int64_t>::max()) t.block_size = static_cast<int>(block_upper);
-  else t.block_size = static_cast<int>(max_pos + 1);  // single-block outputs
-  if (t.block_size <= 0) return InvalidArgument("cannot infer the block size from the step logs");
+  int64_t block_size = 0;
+  if (opt.block_size > 0) block_size = opt.block_size;
+  else if (block_upper != std::numeric_limits<int64_t>::max()) block_size = block_upper;
+  else block_size = max_pos + 1;  // single-block outputs
+  if (block_size <= 0) return InvalidArgument("cannot infer the block size from the step logs");
+  if (block_size > kMaxCalibrationBlock || int64_t{max_blocks} * block_size > kMaxCalibrationOutput)
+    return InvalidArgument("block size " + std::to_string(block_size) + " x " + std::to_string(max_blocks) +
+                           " blocks: a calibration allows blocks of at most " + std::to_string(kMaxCalibrationBlock) +
+                           " and outputs of at most " + std::to_string(kMaxCalibrationOutput) + " tokens");
+  t.block_size = static_cast<int>(block_size);
   t.cv_output_len = max_blocks * t.block_size;
   std::vector<double> steps_w;
   for (const auto& [key, ts] : by_key) {
@@ -623,10 +631,8 @@ StatusOr<FitTargets> TargetsFromStepLogs(const std::vector<std::string>& paths, 
     t.accuracy = opt.accuracy;
   } else {
     if (opt.eval_json.empty()) return InvalidArgument("accuracy: give an eval JSON or the accuracy per threshold");
-    std::ifstream in(opt.eval_json);
-    if (!in) return NotFound("cannot open eval results " + opt.eval_json);
-    json e = json::parse(in, nullptr, false);
-    if (e.is_discarded() || !e.is_object()) return DataLoss(opt.eval_json + ": not a JSON object");
+    ASSIGN_OR_RETURN(const json e, ReadJsonFile(opt.eval_json, "eval results"));
+    if (!e.is_object()) return InvalidArgument(opt.eval_json + ": not a JSON object");
     if (!e.contains("rows") || !e["rows"].is_array()) return Missing(opt.eval_json + ": ", "rows");
     for (double th : t.thresholds) {
       const json* pick = nullptr;

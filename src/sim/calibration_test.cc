@@ -115,7 +115,8 @@ TEST(CalibrationTest, LoadRejectsEachBadFieldNamingIt) {
     EXPECT_NE(r.status().message().find(path), std::string::npos) << r.status().message();
   }
   Write(path, "{not json");
-  EXPECT_EQ(LoadCalibration(path).status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(LoadCalibration(path).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(LoadCalibration(dir.path().string()).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(LoadCalibration(dir.File("missing.json")).status().code(), StatusCode::kNotFound);
 }
 
@@ -339,7 +340,16 @@ TEST(CalibrationTest, TargetsFromStepLogsRepairsAndRejects) {
   EXPECT_NE(s.message().find("request"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find(log + ":1"), std::string::npos) << s.message();
   Write(log, "not json\n");
-  EXPECT_EQ(TargetsFromStepLogs({log}, opt).status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(TargetsFromStepLogs({log}, opt).status().code(), StatusCode::kInvalidArgument);
+  // A position far past any output, and a block size no calibration can hold: errors, not
+  // allocations.
+  Write(log, R"({"request": 0, "threshold": 0.9, "block": 0, "unmasked": [[2147483647, 5]], "done": true})" "\n");
+  EXPECT_NE(TargetsFromStepLogs({log}, opt).status().message().find("position"), std::string::npos);
+  Write(log, R"({"request": 0, "threshold": 0.9, "block": 0, "unmasked": [[3, 5]], "done": true})" "\n");
+  StepLogOptions huge = opt;
+  huge.block_size = 1000000;
+  EXPECT_NE(TargetsFromStepLogs({log}, huge).status().message().find("a calibration allows blocks of at most"),
+            std::string::npos);
   EXPECT_EQ(TargetsFromStepLogs({dir.File("none.jsonl")}, opt).status().code(), StatusCode::kNotFound);
   EXPECT_FALSE(TargetsFromStepLogs({}, opt).ok());
 }
