@@ -1,5 +1,10 @@
 #include "predictor/gbm.h"
 
+#include <nlohmann/json.hpp>
+
+#include "common/input.h"
+#include "predictor/model_check.h"
+
 #include <xgboost/c_api.h>
 
 #include <cmath>
@@ -68,12 +73,15 @@ StatusOr<Gbm> Gbm::Train(std::span<const float> x, std::span<const float> y, int
 }
 
 StatusOr<Gbm> Gbm::Load(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) return NotFound("step predictor model " + path + " not found");
+  // Read and checked here first: libxgboost crashes on some malformed models.
+  ASSIGN_OR_RETURN(const std::string text, ReadFile(path, "step predictor model", 512u << 20));
+  const std::string where = "step predictor model " + SanitizeUtf8(path);
+  ASSIGN_OR_RETURN(const nlohmann::json model, ParseJson(text, where));
+  RETURN_IF_ERROR(CheckXgboostModel(model).WithContext(where));
   Gbm g;
   XGB_CHECK(XGBoosterCreate(nullptr, 0, &g.booster_), "creating the booster");
-  if (XGBoosterLoadModel(g.booster_, path.c_str()) != 0)
-    return InvalidArgument("step predictor model " + path + " cannot be read: " + XGBGetLastError());
+  if (XGBoosterLoadModelFromBuffer(g.booster_, text.data(), text.size()) != 0)
+    return InvalidArgument(where + " cannot be read: " + XGBGetLastError());
   bst_ulong n = 0;
   XGB_CHECK(XGBoosterGetNumFeature(g.booster_, &n), "reading the feature count of " + path);
   int rounds = 0;

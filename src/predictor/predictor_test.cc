@@ -1,5 +1,7 @@
 #include <fstream>
+#include <functional>
 #include <random>
+#include <sstream>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -7,6 +9,7 @@
 #include "common/temp_dir.h"
 #include "predictor/forest.h"
 #include "predictor/gbm.h"
+#include "predictor/model_check.h"
 #include "predictor/step_log.h"
 #include "predictor/step_predictor.h"
 
@@ -153,13 +156,51 @@ TEST_F(StepPredictorFiles, LoadsWhatItSavedAndPredictsAtLeastTheBlocksLeft) {
 }
 
 TEST_F(StepPredictorFiles, MissingCorruptUntaggedOrMismatchedFilesAreErrors) {
-  ExpectLoadError((dir_.path() / "none.json").string(), "not found");
+  ExpectLoadError((dir_.path() / "none.json").string(), "no such file");
   const std::string junk = (dir_.path() / "junk.json").string();
   std::ofstream(junk) << "{\"learner\": 12";
-  ExpectLoadError(junk, "cannot be read");
+  ExpectLoadError(junk, "not valid JSON");
+  ExpectLoadError(dir_.path().string(), "is a directory");
   ExpectLoadError(Trained(9, policy::FeatureSet::kFull, false), "no TeDiServe feature set");
   // Tagged "full" but trained on 9 columns: the wrong feature count is named.
   ExpectLoadError(Trained(9, policy::FeatureSet::kFull, true), "has 9 features");
+}
+
+// The bundled model passes the structural check; each kind of mutation that crashed or hung
+// libxgboost is refused with the field named.
+TEST(ModelCheckTest, RefusesMalformedTreesBeforeXgboostSeesThem) {
+  std::ifstream in(std::string(TEDI_SOURCE_DIR) + "/models/tiny-llada/step_predictor.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const nlohmann::json good = nlohmann::json::parse(ss.str());
+  ASSERT_TRUE(CheckXgboostModel(good).ok()) << CheckXgboostModel(good).message();
+  auto model = [](nlohmann::json& j) -> nlohmann::json& { return j["learner"]["gradient_booster"]["model"]; };
+  struct Case {
+    std::function<void(nlohmann::json&)> mutate;
+    std::string want;
+  };
+  const Case cases[] = {
+      {[&](nlohmann::json& j) { model(j)["gbtree_model_param"]["num_trees"] = "1000000"; }, "num_trees"},
+      {[&](nlohmann::json& j) { model(j)["gbtree_model_param"]["num_trees"] = "41"; }, "expected 41 trees"},
+      {[&](nlohmann::json& j) { model(j)["tree_info"] = nlohmann::json::array(); }, "tree_info"},
+      {[&](nlohmann::json& j) { model(j)["trees"][3]["id"] = 0; }, "trees[3].id"},
+      {[&](nlohmann::json& j) { model(j)["trees"][2]["parents"][1] = 2147483647; }, "trees[2].parents[1]"},
+      {[&](nlohmann::json& j) { model(j)["trees"][2]["parents"][1] = -5; }, "trees[2].parents[1]"},
+      {[&](nlohmann::json& j) { model(j)["trees"][1]["left_children"][0] = 0; }, "is not after it"},
+      {[&](nlohmann::json& j) { model(j)["trees"][1]["split_indices"][0] = 26; }, "split_indices[0]"},
+      {[&](nlohmann::json& j) { model(j)["trees"][1]["loss_changes"].erase(0); }, "loss_changes"},
+      {[&](nlohmann::json& j) { model(j)["trees"][1]["split_conditions"][0] = "x"; }, "split_conditions[0]"},
+      {[&](nlohmann::json& j) { model(j)["trees"][1]["categories_nodes"].push_back(0); }, "categorical"},
+      {[&](nlohmann::json& j) { j["learner"]["objective"]["name"] = "binary:logistic"; }, "objective"},
+      {[&](nlohmann::json& j) { j["learner"]["learner_model_param"]["num_feature"] = "-1"; }, "num_feature"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json j = good;
+    c.mutate(j);
+    const Status s = CheckXgboostModel(j);
+    ASSERT_FALSE(s.ok()) << c.want;
+    EXPECT_THAT(s.message(), HasSubstr(c.want));
+  }
 }
 
 TEST(StepLogTest, RoundTripAndLineErrors) {

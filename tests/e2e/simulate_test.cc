@@ -320,7 +320,7 @@ TEST_F(SimulateTest, PredictorBadInput) {
                  "policy.predictor");
   ExpectBadInput(RunCli({"simulate", Write("b.yaml", with("{name: tediserve, estimator: predictor, predictor: " + junk + "}")),
                          "--quiet"}),
-                 "cannot be read");
+                 "step predictor model");
   // A model whose recorded feature set does not match its trees: named, never used.
   std::string m = ReadFile(Repo("models/tiny-llada/step_predictor.json"));
   const std::string full = "\"tediserve_feature_set\":\"full\"";
