@@ -1,5 +1,6 @@
 // `tediserve fit-denoiser`: see fit_denoiser_command.h.
 #include "cli/fit_denoiser_command.h"
+#include "cli/flags.h"
 #include "cli/model_setup.h"
 
 #include <CLI/CLI.hpp>
@@ -89,16 +90,16 @@ CLI::App* AddFitDenoiserCommand(CLI::App& app, FitDenoiserArgs* a) {
 
   FitTargets& t = a->targets;
   CLI::App* ft = fd->add_subcommand("targets", "fit a calibration to measured targets given as flags");
-  ft->add_option("--name", t.name)->required();
-  ft->add_option("--block-size", t.block_size)->required();
+  ft->add_option("--name", t.name)->required()->check(Utf8Text());
+  ft->add_option("--block-size", t.block_size)->required()->check(CLI::Range(1, 1024));
   ft->add_option("--thresholds", t.thresholds, "thresholds, high to low")->delimiter(',')->required();
   ft->add_option("--tokens-per-step", t.tokens_per_step, "mean tokens unmasked per step at each threshold")
       ->delimiter(',')->required();
   ft->add_option("--accuracy", t.accuracy, "task accuracy at each threshold")->delimiter(',')->required();
   ft->add_option("--steps-cv", t.steps_cv, "CV of steps per request at the top threshold");
-  ft->add_option("--cv-output-len", t.cv_output_len, "output length the CV refers to");
+  ft->add_option("--cv-output-len", t.cv_output_len, "output length the CV refers to")->check(CLI::Range(1, 8192));
   ft->add_option("--sigma-block", t.sigma_block, "spread of a block's mean logit (assumed, not fitted)");
-  ft->add_option("--source", t.source, "provenance text");
+  ft->add_option("--source", t.source, "provenance text")->check(Utf8Text());
   ft->add_option("--out", a->targets_out, "calibration JSON to write")->required();
 
   StepLogOptions& lo = a->log_options;
@@ -106,17 +107,17 @@ CLI::App* AddFitDenoiserCommand(CLI::App& app, FitDenoiserArgs* a) {
   fl->add_option("--logs", a->logs, "step-log JSONL files")->delimiter(',')->required();
   fl->add_option("--eval-json", lo.eval_json, "tediserve eval --json output (accuracy)");
   fl->add_option("--accuracy", lo.accuracy, "accuracy per threshold instead")->delimiter(',');
-  fl->add_option("--name", lo.name)->required();
-  fl->add_option("--block-size", lo.block_size, "override the inferred block size");
+  fl->add_option("--name", lo.name)->required()->check(Utf8Text());
+  fl->add_option("--block-size", lo.block_size, "override the inferred block size")->check(CLI::Range(1, 1024));
   fl->add_option("--sigma-block", lo.sigma_block, "spread of a block's mean logit (assumed, not fitted)");
-  fl->add_option("--note", a->note, "appended to the calibration's source text");
+  fl->add_option("--note", a->note, "appended to the calibration's source text")->check(Utf8Text());
   fl->add_option("--out", a->logs_out, "calibration JSON to write")->required();
 
   CLI::App* bn = fd->add_subcommand("bench", "request-steps per second of the fitted model");
   bn->add_option("--calibration", a->calibration)->required();
-  bn->add_option("--requests", a->requests);
-  bn->add_option("--output-len", a->output_len);
-  bn->add_option("--concurrency", a->concurrency);
+  bn->add_option("--requests", a->requests)->check(CLI::Range(1, 10000000));
+  bn->add_option("--output-len", a->output_len)->check(CLI::Range(1, 8192));
+  bn->add_option("--concurrency", a->concurrency)->check(CLI::Range(1, 100000));
   bn->add_option("--threshold", a->threshold);
   return fd;
 }

@@ -22,7 +22,7 @@ CLI::App* AddCollectStepsCommand(CLI::App& app, CollectStepsArgs* a) {
   cfg->excludes(mdl);
   c->add_option("--tasks", a->tasks, "with --model: JSONL problems (default MODEL/heldout.jsonl)");
   c->add_option("--thresholds", a->thresholds, "with --model: candidate thresholds")->delimiter(',');
-  c->add_option("--block-size", a->block_size, "with --model: decoding block size (default: the model's)");
+  c->add_option("--block-size", a->block_size, "with --model: decoding block size (default: the model's)")->check(CLI::Range(1, 4096));
   c->add_option("--requests", a->requests, "requests (problems) run under each threshold")->check(CLI::Range(1, 1000000));
   c->add_option("--batch", a->batch, "requests per batched step")->check(CLI::Range(1, 4096));
   c->add_option("--seed", a->seed, "request seeds");
@@ -148,7 +148,7 @@ int RunTrainPredictor(const TrainPredictorArgs& a) {
     for (const auto& p : r.refresh) j["refresh"].push_back({{"k", p.k}, {"mape", p.mape}, {"refreshes", p.refreshes_per_request},
                                        {"predict_us", p.predict_us_per_request}});
     std::ofstream f(a.json);
-    if (!(f << j.dump(1) << '\n')) return ReportError(IoError("cannot write " + a.json));
+    if (!(f << j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n')) return ReportError(IoError("cannot write " + a.json));
   }
   return 0;
 }

@@ -3,6 +3,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/input.h"
+
 namespace tediserve::predictor {
 namespace {
 
@@ -15,6 +17,7 @@ json SummaryJson(const policy::ConfidenceSummary& s) {
 // [count, min, q1, median, q3, mean], values in [0, 1].
 bool ParseSummary(const json& j, policy::ConfidenceSummary* s) {
   if (!j.is_array() || j.size() != 6 || !j[0].is_number_integer()) return false;
+  if (!JsonInt(j[0], "count", 0, 1 << 24).ok()) return false;
   for (size_t i = 1; i < 6; ++i)
     if (!j[i].is_number() || j[i].get<double>() < 0 || j[i].get<double>() > 1) return false;
   s->count = j[0].get<int>();
@@ -45,25 +48,17 @@ std::string StepLogRowJson(const StepLogRow& row) {
             {"conf_output", SummaryJson(r.features.output)},
             {"block_above", r.features.block_above},
             {"remaining", row.remaining}};
-  return j.dump();
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 StatusOr<std::vector<StepLogRow>> ReadStepLog(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return NotFound("cannot open step log " + path);
   std::vector<StepLogRow> rows;
-  std::string line;
-  int n = 0;
-  while (std::getline(in, line)) {
-    ++n;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(n) + ": ";
-    const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  RETURN_IF_ERROR(ForEachJsonLine(path, "step log", [&](int, const json& j) -> Status {
+    const std::string where;
     if (!j.is_object()) return InvalidArgument(where + "not a JSON object");
     auto integer = [&](const char* key, int lo, int* out) -> Status {
       if (!j.contains(key) || !j[key].is_number_integer()) return InvalidArgument(where + "missing integer field \"" + key + "\"");
-      const int64_t v = j[key].get<int64_t>();
-      if (v < lo || v > (1 << 24)) return InvalidArgument(where + "field \"" + key + "\" out of range: " + std::to_string(v));
+      ASSIGN_OR_RETURN(const int64_t v, JsonInt(j[key], std::string("field \"") + key + "\" out of range", lo, 1 << 24));
       *out = static_cast<int>(v);
       return Status::Ok();
     };
@@ -101,12 +96,13 @@ StatusOr<std::vector<StepLogRow>> ReadStepLog(const std::string& path) {
     if (!above.is_array() || above.size() != r.features.block_above.size())
       return InvalidArgument(where + "block_above must list " + std::to_string(r.features.block_above.size()) + " counts");
     for (size_t k = 0; k < above.size(); ++k) {
-      if (!above[k].is_number_integer() || above[k].get<int>() < 0)
-        return InvalidArgument(where + "block_above must hold counts >= 0");
-      r.features.block_above[k] = above[k].get<int>();
+      auto count = JsonInt(above[k], "block_above must hold counts >= 0", 0, 1 << 24);
+      if (!count.ok()) return count.status();
+      r.features.block_above[k] = static_cast<int>(*count);
     }
     rows.push_back(std::move(row));
-  }
+    return Status::Ok();
+  }));
   if (rows.empty()) return InvalidArgument(path + ": no rows");
   return rows;
 }

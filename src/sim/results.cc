@@ -133,7 +133,7 @@ Status WriteRunFiles(const std::string& dir, const SimResult& result, const std:
   summary["request_steps"] = result.request_steps;
   std::ofstream f(dir + "/summary.json");
   if (!f) return IoError("cannot write " + dir + "/summary.json");
-  f << summary.dump(1) << '\n';
+  f << summary.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
   return Status::Ok();
 }
 

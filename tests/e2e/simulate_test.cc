@@ -307,7 +307,7 @@ TEST_F(SimulateTest, CollectStepsTrainPredictorAndSimulateWithIt) {
 }
 
 TEST_F(SimulateTest, PredictorBadInput) {
-  ExpectBadInput(RunCli({"train-predictor", "--log", Out("none.jsonl"), "--out", Out("m.json")}), "cannot open step log");
+  ExpectBadInput(RunCli({"train-predictor", "--log", Out("none.jsonl"), "--out", Out("m.json")}), "no such file");
   const std::string junk = Write("junk.jsonl", "{\"request\": 0}\n");
   ExpectBadInput(RunCli({"train-predictor", "--log", junk, "--out", Out("m.json")}), "junk.jsonl:1");
   ExpectBadInput(RunCli({"collect-steps", "--out", Out("x.jsonl")}), "--config or --model");
