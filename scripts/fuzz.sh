@@ -62,7 +62,8 @@ extra_seeds() {
 
 build() {
   if [[ ! -f $BUILD/build.ninja ]]; then
-    CC=clang CXX=clang++ cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTEDI_FUZZ=ON >/dev/null
+    CC=clang CXX=clang++ cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g -DNDEBUG" -DTEDI_FUZZ=ON >/dev/null
   fi
   cmake --build "$BUILD" -j "$JOBS" --target fuzz_all
 }
