@@ -113,13 +113,15 @@ double SgemmRate(const std::vector<engine::Transformer::GemmShape>& shapes, int 
 }  // namespace
 
 int RunBench(const BenchArgs& a) {
-  if (a.reps < 1 || a.prompt_length < 1 || a.batches.empty()) {
-    std::cerr << "error: --reps, --prompt-length and --batches must be >= 1\n";
+  if (a.reps < 1 || a.reps > 1000 || a.prompt_length < 1 || a.prompt_length > engine::kMaxSeqLen ||
+      a.batches.empty()) {
+    std::cerr << "error: --reps must be in [1, 1000], --prompt-length in [1, " << engine::kMaxSeqLen
+              << "] and --batches non-empty\n";
     return 2;
   }
   for (int b : a.batches)
-    if (b < 1) {
-      std::cerr << "error: batch sizes must be >= 1\n";
+    if (b < 1 || b > 4096) {
+      std::cerr << "error: --batches: batch sizes must be in [1, 4096], got " << b << "\n";
       return 2;
     }
   auto bundle = LoadBundle(a.engine.model_dir);
@@ -135,6 +137,15 @@ int RunBench(const BenchArgs& a) {
   if (static_cast<int64_t>(a.prompt_length) + gen > c.max_seq_len) {
     std::cerr << "error: prompt length + gen length exceeds the model's context of " << c.max_seq_len << "\n";
     return 2;
+  }
+  {
+    // The largest batch the sections below run: the flags', 16 (section 3), and the one
+    // whose step pushes 1024 tokens (section 2).
+    const int64_t S64 = int64_t{a.prompt_length} + gen;
+    int64_t biggest = std::max<int64_t>(16, (1024 + S64 - 1) / S64);
+    for (int b : a.batches) biggest = std::max<int64_t>(biggest, b);
+    if (Status s = CheckBatchFits(c, biggest, S64, "--batches / --prompt-length / --gen-length"); !s.ok())
+      return ReportError(s);
   }
   Bench bench(*bundle, a, gen, block);
   nlohmann::json out;

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/eval_core.h"
 #include "cli/model_setup.h"
+#include "common/input.h"
 #include "engine/generate.h"
 
 namespace tediserve::cli {
@@ -22,8 +24,8 @@ int RunEval(const EvalArgs& a) {
     std::cerr << "error: --cache must be on, off or both\n";
     return 2;
   }
-  if (a.batch < 1 || a.limit < 0) {
-    std::cerr << "error: --batch must be >= 1 and --limit >= 0\n";
+  if (a.batch < 1 || a.batch > 4096 || a.limit < 0) {
+    std::cerr << "error: --batch must be in [1, 4096] and --limit >= 0\n";
     return 2;
   }
   auto bundle = LoadBundle(a.engine.model_dir);
@@ -36,6 +38,20 @@ int RunEval(const EvalArgs& a) {
   auto problems = engine::ReadTaskFile(tasks, *bundle->tokenizer);
   if (!problems.ok()) return ReportError(problems.status());
   if (a.limit > 0 && static_cast<size_t>(a.limit) < problems->size()) problems->resize(a.limit);
+  {
+    // Every problem's state (and KV buffer) lives for the whole row: check they all fit.
+    size_t longest = 0;
+    for (const auto& p : *problems) longest = std::max(longest, p.ids.size());
+    const auto& c = bundle->model->config;
+    if (static_cast<int64_t>(longest) + lengths->gen_length > c.max_seq_len)
+      return ReportError(OutOfRange(SanitizeUtf8(tasks) + ": the longest prompt (" + std::to_string(longest) +
+                                    " tokens) + gen length " + std::to_string(lengths->gen_length) +
+                                    " exceeds the model's context of " + std::to_string(c.max_seq_len)));
+    if (Status s = CheckBatchFits(c, static_cast<int64_t>(problems->size()),
+                                  static_cast<int64_t>(longest) + lengths->gen_length, "--tasks / --limit");
+        !s.ok())
+      return ReportError(s);
+  }
   auto engine = engine::DiffusionEngine::Create(bundle->model, a.engine.tp);
   if (!engine.ok()) return ReportError(engine.status());
   std::ofstream log;
@@ -58,7 +74,7 @@ int RunEval(const EvalArgs& a) {
                                 log << engine::StepResultJson(r, static_cast<int>(rs.size()), bs.tokens, ms) << "\n";
                             });
       if (!row.ok()) {
-        std::cerr << "error: " << tasks << ": " << row.status().message() << "\n";
+        std::cerr << "error: " << SanitizeUtf8(tasks) << ": " << row.status().message() << "\n";
         return row.status().code() == StatusCode::kInvalidArgument || row.status().code() == StatusCode::kOutOfRange ? 2 : 1;
       }
       rows.push_back(std::move(row).value());
@@ -66,7 +82,7 @@ int RunEval(const EvalArgs& a) {
   FillAgreement(&rows);
 
   std::printf("eval: %zu problems from %s, gen length %d, block %d, batch %d, TP %d\n", problems->size(),
-              tasks.c_str(), lengths->gen_length, lengths->block_size, a.batch, a.engine.tp);
+              SanitizeUtf8(tasks).c_str(), lengths->gen_length, lengths->block_size, a.batch, a.engine.tp);
   std::printf("%-6s %9s %9s %11s %12s %8s %10s\n", "cache", "threshold", "accuracy", "mean_steps",
               "tokens/step", "wall_s", "same_ans");
   for (const EvalRow& r : rows) {
@@ -91,7 +107,7 @@ int RunEval(const EvalArgs& a) {
   if (!a.json_out.empty()) {
     nlohmann::json j;
     j["problems"] = problems->size();
-    j["tasks_file"] = tasks;
+    j["tasks_file"] = SanitizeUtf8(tasks);  // a path is bytes; JSON needs UTF-8
     j["batch"] = a.batch;
     j["tp"] = a.engine.tp;
     nlohmann::json arr = nlohmann::json::array();
@@ -108,10 +124,10 @@ int RunEval(const EvalArgs& a) {
     j["rows"] = arr;
     std::ofstream out(a.json_out);
     if (!out) {
-      std::cerr << "error: cannot write " << a.json_out << "\n";
+      std::cerr << "error: cannot write " << SanitizeUtf8(a.json_out) << "\n";
       return 1;
     }
-    out << j.dump(1) << "\n";
+    out << j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   }
   return 0;
 }

@@ -23,6 +23,10 @@ int RunGenerate(const GenerateArgs& a) {
   auto lengths = ResolveLengths(a.engine.gen_length, a.engine.block_size, bundle->default_gen_length,
                                 bundle->default_block_size);
   if (!lengths.ok()) return ReportError(lengths.status());
+  if (Status s = CheckBatchFits(bundle->model->config, 1, static_cast<int64_t>(ids->size()) + lengths->gen_length,
+                                "--gen-length");
+      !s.ok())
+    return ReportError(s);
   engine::DecodeOptions o;
   o.gen_length = lengths->gen_length;
   o.block_size = lengths->block_size;

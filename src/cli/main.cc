@@ -15,6 +15,7 @@
 #include "cli/predictor_commands.h"
 #include "cli/model_setup.h"
 #include "cli/profile_command.h"
+#include "engine/model_config.h"
 
 namespace {
 
@@ -23,8 +24,11 @@ void AddEngineFlags(CLI::App* app, tediserve::cli::EngineArgs* e) {
   app->add_option("--model", e->model_dir, "model folder (config.json, *.safetensors, tokenizer.json)");
   app->add_option("--tp,--threads", e->tp, "tensor-parallel degree: threads, one core each")
       ->check(CLI::Range(1, 256));
-  app->add_option("--gen-length", e->gen_length, "output tokens (default: the model's)");
-  app->add_option("--block-size", e->block_size, "decoding block size (default: the model's)");
+  // Bounded by the longest supported context; the model's own context is checked later.
+  app->add_option("--gen-length", e->gen_length, "output tokens (default: the model's)")
+      ->check(CLI::Range(1, tediserve::engine::kMaxSeqLen));
+  app->add_option("--block-size", e->block_size, "decoding block size (default: the model's)")
+      ->check(CLI::Range(1, tediserve::engine::kMaxSeqLen));
   app->add_flag("--no-cache", e->no_cache, "recompute every step (no approximate KV cache)");
   app->add_flag("--eos-early-stop", e->eos_early_stop, "finish once a completed block holds an EOS (the text ends there)");
 }
@@ -41,7 +45,7 @@ int main(int argc, char** argv) {
   AddEngineFlags(g, &gen.engine);
   g->add_option("prompt,--prompt", gen.prompt, "the prompt text")->required();
   g->add_option("--threshold", gen.threshold, "confidence threshold in (0, 1]");
-  g->add_option("--temperature", gen.temperature, "Gumbel sampling temperature (0: greedy)")->check(CLI::NonNegativeNumber);
+  g->add_option("--temperature", gen.temperature, "Gumbel sampling temperature (0: greedy)")->check(CLI::Range(0.0, 100.0));
   g->add_option("--seed", gen.seed, "sampling seed");
   g->add_flag("--trace", gen.trace, "print every step as a JSON line on stderr");
   g->add_option("--step-log", gen.step_log, "write every step as a JSON line to this file");
@@ -52,17 +56,18 @@ int main(int argc, char** argv) {
   e->add_option("--tasks", ev.tasks, "JSONL of {prompt, answer[, task]} (default: MODEL/heldout.jsonl)");
   e->add_option("--thresholds", ev.thresholds, "thresholds to evaluate")->delimiter(',');
   e->add_option("--cache", ev.cache, "on, off or both");
-  e->add_option("--batch", ev.batch, "requests per batched step");
-  e->add_option("--limit", ev.limit, "evaluate only the first N problems");
+  e->add_option("--batch", ev.batch, "requests per batched step")->check(CLI::Range(1, 4096));
+  e->add_option("--limit", ev.limit, "evaluate only the first N problems")->check(CLI::Range(0, 1 << 20));
   e->add_option("--json", ev.json_out, "also write the results as JSON to this file");
   e->add_option("--step-log", ev.step_log, "write every step as a JSON line to this file");
 
   BenchArgs bn;
   CLI::App* b = app.add_subcommand("bench", "engine benchmark: step throughput, sgemm efficiency, TP scaling");
   AddEngineFlags(b, &bn.engine);
-  b->add_option("--batches", bn.batches, "batch sizes")->delimiter(',');
-  b->add_option("--prompt-length", bn.prompt_length, "prompt tokens per request");
-  b->add_option("--reps", bn.reps, "repetitions per measurement (median reported)");
+  b->add_option("--batches", bn.batches, "batch sizes")->delimiter(',')->check(CLI::Range(1, 4096));
+  b->add_option("--prompt-length", bn.prompt_length, "prompt tokens per request")
+      ->check(CLI::Range(1, tediserve::engine::kMaxSeqLen));
+  b->add_option("--reps", bn.reps, "repetitions per measurement (median reported)")->check(CLI::Range(1, 1000));
   b->add_option("--json", bn.json_out, "also write the results as JSON to this file");
 
   ProfileArgs pf;

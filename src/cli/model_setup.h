@@ -24,15 +24,24 @@ struct ModelBundle {
   int default_block_size = 0;  // else 128 / 32
 };
 
+// Loads the model (LoadModel validates config.json, its "tediserve" defaults and the memory
+// estimate) and its tokenizer.json, whose ids must lie inside the model's vocabulary.
 StatusOr<ModelBundle> LoadBundle(const std::string& dir);
 
-// The gen length and block size a command runs with: the flags when given (each must be
-// > 0), else the given defaults.
+// The gen length and block size a command runs with: the flags when given (each in
+// [1, engine::kMaxSeqLen]), else the given defaults.
 struct Lengths {
   int gen_length = 0, block_size = 0;
 };
 StatusOr<Lengths> ResolveLengths(const std::optional<int>& gen, const std::optional<int>& block, int default_gen,
                                  int default_block);
+
+// Checks that `sequences` requests of `tokens_per_sequence` tokens each (prompt + output)
+// fit this process's memory next to the model: their KV buffers, one step's activations
+// and logits over all of them, and the attention scores of the longest. InvalidArgument
+// naming `what` (the flags to change) otherwise.
+Status CheckBatchFits(const engine::ModelConfig& config, int64_t sequences, int64_t tokens_per_sequence,
+                      const std::string& what);
 
 // Opens `path` for a step log (JSONL) unless it is empty; an unwritable path is an error.
 Status OpenStepLog(const std::string& path, std::ofstream* out);

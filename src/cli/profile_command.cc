@@ -20,24 +20,36 @@
 #include <sstream>
 
 #include "cli/model_setup.h"
+#include "common/input.h"
 #include "engine/decoder.h"
+#include "engine/model_config.h"
 
 namespace tediserve::cli {
+
+namespace {
+constexpr int kMaxBatchTokens = 1 << 20;  // tokens of one profiled step
+constexpr int64_t kMaxGridPoints = 4096;
+}  // namespace
 
 CLI::App* AddProfileCommand(CLI::App& app, ProfileArgs* a) {
   CLI::App* p = app.add_subcommand("profile", "measure the step-latency profile l_d(n) of a model on this machine");
   a->model_dir = DefaultModelDir();
   p->add_option("--model", a->model_dir, "model folder (config.json, *.safetensors, tokenizer.json)");
-  p->add_option("--tp", a->tp, "tensor-parallel degrees, one CSV column each")->delimiter(',');
-  p->add_option("--min-tokens", a->min_tokens, "smallest batch token count");
-  p->add_option("--max-tokens", a->max_tokens, "largest batch token count");
-  p->add_option("--step-tokens", a->step_tokens, "grid step (linear grid)");
+  // Flag bounds: token counts up to kMaxBatchTokens, lengths up to the longest supported
+  // context; the model's own context and memory are checked once it is loaded.
+  const int max_len = engine::kMaxSeqLen;
+  p->add_option("--tp", a->tp, "tensor-parallel degrees, one CSV column each")->delimiter(',')->check(CLI::Range(1, 256));
+  p->add_option("--min-tokens", a->min_tokens, "smallest batch token count")->check(CLI::Range(1, kMaxBatchTokens));
+  p->add_option("--max-tokens", a->max_tokens, "largest batch token count")->check(CLI::Range(1, kMaxBatchTokens));
+  p->add_option("--step-tokens", a->step_tokens, "grid step (linear grid)")->check(CLI::Range(1, kMaxBatchTokens));
   p->add_flag("--geometric", a->geometric, "doubling grid from --min-tokens instead of a linear one");
-  p->add_option("--repeats", a->repeats, "timed steps per point (median reported)");
+  p->add_option("--repeats", a->repeats, "timed steps per point (median reported)")->check(CLI::Range(1, 1000));
   p->add_option("--kind", a->kind, "step kind filling the batch: recompute or cache");
-  p->add_option("--prompt-length", a->prompt_length, "prompt tokens per request");
-  p->add_option("--gen-length", a->gen_length, "output tokens per request (default: the model's)");
-  p->add_option("--block-size", a->block_size, "decoding block size (default: the model's)");
+  p->add_option("--prompt-length", a->prompt_length, "prompt tokens per request")->check(CLI::Range(1, max_len));
+  p->add_option("--gen-length", a->gen_length, "output tokens per request (default: the model's)")
+      ->check(CLI::Range(1, max_len));
+  p->add_option("--block-size", a->block_size, "decoding block size (default: the model's)")
+      ->check(CLI::Range(1, max_len));
   p->add_option("--out", a->out, "write the CSV here (default: stdout)");
   return p;
 }
@@ -53,17 +65,29 @@ Status Validate(const ProfileArgs& a) {
     if (d < 1 || d > 256) return InvalidArgument("--tp degrees must be in 1..256, got " + std::to_string(d));
     if (!seen.insert(d).second) return InvalidArgument("--tp lists degree " + std::to_string(d) + " twice");
   }
-  if (a.repeats < 1) return InvalidArgument("--repeats must be >= 1, got " + std::to_string(a.repeats));
+  if (a.repeats < 1 || a.repeats > 1000)
+    return InvalidArgument("--repeats must be in [1, 1000], got " + std::to_string(a.repeats));
   if (a.min_tokens < 1) return InvalidArgument("--min-tokens must be >= 1, got " + std::to_string(a.min_tokens));
   if (a.max_tokens < a.min_tokens)
     return InvalidArgument("--max-tokens (" + std::to_string(a.max_tokens) + ") must be >= --min-tokens (" +
                            std::to_string(a.min_tokens) + ")");
-  if (a.max_tokens > 1 << 20) return InvalidArgument("--max-tokens must be <= 1048576");
+  if (a.max_tokens > kMaxBatchTokens)
+    return InvalidArgument("--max-tokens must be <= " + std::to_string(kMaxBatchTokens) + ", got " +
+                           std::to_string(a.max_tokens));
+  // Every point is measured (repeats + 1) x |tp| times: a finer grid would run for hours.
+  const int64_t points = a.geometric ? 64 : (int64_t{a.max_tokens} - a.min_tokens) / std::max(1, a.step_tokens) + 1;
+  if (points > kMaxGridPoints)
+    return InvalidArgument("the grid --min-tokens " + std::to_string(a.min_tokens) + " .. --max-tokens " +
+                           std::to_string(a.max_tokens) + " step --step-tokens " + std::to_string(a.step_tokens) +
+                           " has " + std::to_string(points) + " points, more than " + std::to_string(kMaxGridPoints) +
+                           "; use a larger --step-tokens or --geometric");
   if (!a.geometric && a.step_tokens < 1)
     return InvalidArgument("--step-tokens must be >= 1, got " + std::to_string(a.step_tokens));
   if (a.kind != "recompute" && a.kind != "cache")
-    return InvalidArgument("--kind must be recompute or cache, got '" + a.kind + "'");
-  if (a.prompt_length < 1) return InvalidArgument("--prompt-length must be >= 1");
+    return InvalidArgument("--kind must be recompute or cache, got '" + SanitizeUtf8(a.kind.substr(0, 40)) + "'");
+  if (a.prompt_length < 1 || a.prompt_length > engine::kMaxSeqLen)
+    return InvalidArgument("--prompt-length must be in [1, " + std::to_string(engine::kMaxSeqLen) + "], got " +
+                           std::to_string(a.prompt_length));
   return Status::Ok();
 }
 
@@ -188,8 +212,9 @@ int RunProfile(const ProfileArgs& a) {
   if (!lengths.ok()) return ReportError(lengths.status());
   const int gen = lengths->gen_length, block = lengths->block_size;
   const auto& c = bundle->model->config;
-  if (a.prompt_length + gen > c.max_seq_len)
-    return ReportError(InvalidArgument("--prompt-length + gen length (" + std::to_string(a.prompt_length + gen) +
+  const int64_t seq = int64_t{a.prompt_length} + gen;  // both <= kMaxSeqLen: no overflow
+  if (seq > c.max_seq_len)
+    return ReportError(InvalidArgument("--prompt-length + gen length (" + std::to_string(seq) +
                                        ") exceeds the model's context of " + std::to_string(c.max_seq_len)));
   if (a.kind == "cache") {
     if (gen % block != 0)
@@ -197,6 +222,14 @@ int RunProfile(const ProfileArgs& a) {
                                          std::to_string(block) + " for cache steps"));
     if (block < 2)
       return ReportError(InvalidArgument("cache steps need a block size >= 2 (a block of 1 closes at its recompute step)"));
+  }
+  {
+    // The largest point: recompute packs ceil(n / S) requests, cache n / B requests of S tokens.
+    const int64_t n = a.max_tokens;
+    const int64_t requests = a.kind == "cache" ? n / block : (n + seq - 1) / seq;
+    if (Status s = CheckBatchFits(c, std::max<int64_t>(1, requests), seq, "--max-tokens / --prompt-length / --gen-length");
+        !s.ok())
+      return ReportError(s);
   }
   Profiler prof(c, a, gen, block);
   const std::vector<int> grid = Grid(a);

@@ -1,14 +1,17 @@
 #include "engine/model_config.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 
 #include <nlohmann/json.hpp>
+
+#include "common/input.h"
+#include "common/json_keys.h"
+#include "common/machine.h"
 
 namespace tediserve::engine {
 
@@ -59,7 +62,11 @@ class ConfigKeys {
     }
     const json& v = j_.at(key);
     if (!v.is_number()) return WrongType(key, "a number", v);
-    *out = v.get<float>();
+    // A double beyond float's range does not convert (undefined behaviour); bound it first.
+    ASSIGN_OR_RETURN(const double d, JsonNumber(v, std::string("key '") + key + "'",
+                                                -std::numeric_limits<float>::max(),
+                                                std::numeric_limits<float>::max()));
+    *out = static_cast<float>(d);
     return Status::Ok();
   }
   Status Bool(const char* key, bool* out, bool fallback) const {
@@ -76,18 +83,18 @@ class ConfigKeys {
  private:
   static Status WrongType(const char* key, const char* want, const json& v) {
     return InvalidArgument(std::string("key '") + key + "' must be " + want + ", got " +
-                           v.dump());
+                           JsonSnippet(v));
   }
   static Status ToInt(const char* key, const json& v, int* out) {
     if (!v.is_number_integer()) return WrongType(key, "an integer", v);
     // Compare as int64 so both signed and unsigned JSON numbers are range-checked.
     if (v.is_number_unsigned() &&
         v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
-      return InvalidArgument(std::string("key '") + key + "' = " + v.dump() + " is too large");
+      return InvalidArgument(std::string("key '") + key + "' = " + JsonSnippet(v) + " is too large");
     }
     const int64_t x = v.get<int64_t>();
     if (x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max()) {
-      return InvalidArgument(std::string("key '") + key + "' = " + v.dump() + " is out of range");
+      return InvalidArgument(std::string("key '") + key + "' = " + JsonSnippet(v) + " is out of range");
     }
     *out = static_cast<int>(x);
     return Status::Ok();
@@ -103,19 +110,21 @@ StatusOr<Architecture> DetectArchitecture(const json& j) {
   if (arch_it != j.end() && !arch_it->is_null()) {
     if (!arch_it->is_array() || arch_it->empty() || !(*arch_it)[0].is_string()) {
       return InvalidArgument("key 'architectures' must be a non-empty list of strings, got " +
-                             arch_it->dump());
+                             JsonSnippet(*arch_it));
     }
     const std::string name = (*arch_it)[0].get<std::string>();
     if (name == "LLaDAModelLM" || name == "LLaDAModel") return Architecture::kLLaDA;
     if (name == "DreamModel") return Architecture::kDream;
-    return InvalidArgument("unknown architecture '" + name + "'" + kSupported);
+    return InvalidArgument("unknown architecture '" + SanitizeUtf8(name.substr(0, 80)) + "'" +
+                           kSupported);
   }
   const auto type_it = j.find("model_type");
   if (type_it != j.end() && type_it->is_string()) {
     const std::string type = type_it->get<std::string>();
     if (type == "llada") return Architecture::kLLaDA;
     if (type == "Dream" || type == "dream") return Architecture::kDream;
-    return InvalidArgument("unknown architecture '" + type + "'" + kSupported);
+    return InvalidArgument("unknown architecture '" + SanitizeUtf8(type.substr(0, 80)) + "'" +
+                           kSupported);
   }
   return InvalidArgument(std::string("neither 'architectures' nor 'model_type' says which "
                                      "architecture this is") + kSupported);
@@ -165,7 +174,7 @@ Status ParseDream(const json& j, const ConfigKeys& keys, ModelConfig* c) {
   // The forward pass implements plain RoPE over full attention; refuse rather than compute
   // something else silently.
   if (keys.Has("rope_scaling")) {
-    return Unimplemented("Dream with rope_scaling " + j.at("rope_scaling").dump() +
+    return Unimplemented("Dream with rope_scaling " + JsonSnippet(j.at("rope_scaling")) +
                          " is not supported");
   }
   bool sliding = false;
@@ -186,9 +195,13 @@ const char* ArchitectureName(Architecture arch) {
   return "?";
 }
 
-StatusOr<ModelConfig> ModelConfig::FromJson(const std::string& json_text) {
-  const json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return InvalidArgument("not valid JSON");
+StatusOr<ModelConfig> ModelConfig::FromJson(const std::string& json_text, const std::string& where) {
+  ASSIGN_OR_RETURN(const json j, ParseJson(json_text, where));
+  RETURN_IF_ERROR(CheckNoDuplicateKeys(json_text, where));
+  return FromJsonValue(j);
+}
+
+StatusOr<ModelConfig> ModelConfig::FromJsonValue(const json& j) {
   if (!j.is_object()) return InvalidArgument("not a JSON object");
 
   ModelConfig c;
@@ -203,15 +216,34 @@ StatusOr<ModelConfig> ModelConfig::FromJson(const std::string& json_text) {
 }
 
 Status ModelConfig::Validate() const {
-  const std::pair<const char*, int> positive[] = {
-      {"d_model", d_model},         {"n_layers", n_layers},       {"n_heads", n_heads},
-      {"n_kv_heads", n_kv_heads},   {"head_dim", head_dim},       {"mlp_hidden", mlp_hidden},
-      {"vocab_size", vocab_size},   {"max_seq_len", max_seq_len},
+  const bool llada = arch == Architecture::kLLaDA;
+  // Named by the config.json key of the architecture, so the message points at the file.
+  struct Dim {
+    const char* name;
+    int value, lo, hi;
   };
-  for (const auto& [name, value] : positive) {
-    if (value <= 0) {
-      return InvalidArgument(std::string(name) + " must be positive, got " +
-                             std::to_string(value));
+  const Dim dims[] = {
+      {llada ? "d_model" : "hidden_size", d_model, 1, kMaxDModel},
+      {llada ? "n_layers" : "num_hidden_layers", n_layers, 1, kMaxLayers},
+      {llada ? "n_heads" : "num_attention_heads", n_heads, 1, kMaxHeads},
+      {llada ? "n_kv_heads" : "num_key_value_heads", n_kv_heads, 1, kMaxHeads},
+      {"head_dim", head_dim, 1, kMaxDModel},
+      {llada ? "mlp_hidden_size" : "intermediate_size", mlp_hidden, 1, kMaxMlpHidden},
+      // Mask, eos and one token to write: a 2-token vocabulary cannot say anything (and
+      // random prompts drawn from it would never find a token).
+      {"vocab_size", vocab_size, 3, kMaxVocab},
+      // One prompt token and one output token.
+      {llada ? "max_sequence_length" : "max_position_embeddings", max_seq_len, 2, kMaxSeqLen},
+  };
+  for (const Dim& dim : dims) {
+    if (dim.value <= 0) {
+      return InvalidArgument(std::string(dim.name) + " must be positive, got " +
+                             std::to_string(dim.value));
+    }
+    if (dim.value < dim.lo || dim.value > dim.hi) {
+      return InvalidArgument(std::string(dim.name) + " = " + std::to_string(dim.value) +
+                             " is outside the supported range [" + std::to_string(dim.lo) +
+                             ", " + std::to_string(dim.hi) + "]");
     }
   }
   auto str = [](int v) { return std::to_string(v); };
@@ -255,18 +287,102 @@ Status ModelConfig::Validate() const {
   return Status::Ok();
 }
 
-GenerationDefaults ReadGenerationDefaults(const std::string& model_dir) {
+uint64_t ModelMemory::total() const {
+  uint64_t t = 0;
+  for (const uint64_t part : {weights, shards, rope, kv_cache}) {
+    if (__builtin_add_overflow(t, part, &t)) return UINT64_MAX;
+  }
+  return t;
+}
+
+ModelMemory EstimateModelMemory(const ModelConfig& c) {
+  // Products of up to four bounded ints, in 128 bits so nothing wraps; saturated at the end.
+  using u128 = unsigned __int128;
+  auto sat = [](u128 v) { return v > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(v); };
+  const u128 d = static_cast<u128>(std::max(c.d_model, 0));
+  const u128 q = static_cast<u128>(std::max(c.n_heads, 0)) * std::max(c.head_dim, 0);
+  const u128 kv = static_cast<u128>(std::max(c.n_kv_heads, 0)) * std::max(c.head_dim, 0);
+  const u128 mlp = static_cast<u128>(std::max(c.mlp_hidden, 0));
+  const u128 layers = static_cast<u128>(std::max(c.n_layers, 0));
+  const u128 vocab = static_cast<u128>(std::max(c.vocab_size, 0));
+  const u128 seq = static_cast<u128>(std::max(c.max_seq_len, 0));
+  const u128 per_layer = 2 * d + (q + 2 * kv) * d + (c.qkv_bias ? q + 2 * kv : 0) + d * q +
+                         3 * mlp * d;
+  const u128 head = c.tie_embeddings ? 0 : vocab * d;
+  const u128 f = sizeof(float);
+  ModelMemory m;
+  m.weights = sat((vocab * d + head + d + layers * per_layer) * f);
+  m.shards = sat(layers * per_layer * f);
+  m.rope = sat(seq * static_cast<u128>(std::max(c.head_dim, 0)) * f);  // cos + sin, hd/2 each
+  m.kv_cache = sat(2 * layers * kv * seq * f);
+  return m;
+}
+
+Status CheckModelFitsMemory(const ModelConfig& config, uint64_t available) {
+  if (available == 0) available = UsableMemoryBytes();
+  const ModelMemory m = EstimateModelMemory(config);
+  if (m.total() <= available) return Status::Ok();
+  // Bad input (exit 2): the config describes a model this machine cannot hold.
+  return InvalidArgument(
+      "the model needs about " + FormatBytes(m.total()) + " (fp32 weights " +
+      FormatBytes(m.weights) + " + tensor-parallel copy " + FormatBytes(m.shards) +
+      " + RoPE tables " + FormatBytes(m.rope) + " + KV cache of one " +
+      std::to_string(config.max_seq_len) + "-token sequence " + FormatBytes(m.kv_cache) +
+      ") but this process can use " + FormatBytes(available) +
+      " (RAM or address-space limit); check n_layers, d_model, vocab_size and the context "
+      "length in config.json");
+}
+
+StatusOr<GenerationDefaults> ParseGenerationDefaults(const json& j, const ModelConfig& config) {
   GenerationDefaults d;
-  std::ifstream in(std::filesystem::path(model_dir) / "config.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_object() && j.contains("tediserve") && j["tediserve"].is_object()) {
-    const auto& t = j["tediserve"];
-    if (t.contains("gen_length") && t["gen_length"].is_number_integer()) d.gen_length = t["gen_length"];
-    if (t.contains("block_size") && t["block_size"].is_number_integer()) d.block_size = t["block_size"];
+  // The built-in defaults, capped so a small model's context still holds a prompt token.
+  d.gen_length = std::min(d.gen_length, config.max_seq_len - 1);
+  d.block_size = std::min(d.block_size, d.gen_length);
+  if (d.gen_length % d.block_size != 0) d.block_size = d.gen_length;
+  const auto it = j.find("tediserve");
+  if (it == j.end() || it->is_null()) return d;
+  if (!it->is_object()) {
+    return InvalidArgument("key 'tediserve' must be an object {\"gen_length\", \"block_size\"}, "
+                           "got " + JsonSnippet(*it));
+  }
+  const int max_gen = config.max_seq_len - 1;
+  bool has_gen = false;
+  if (const auto g = it->find("gen_length"); g != it->end() && !g->is_null()) {
+    ASSIGN_OR_RETURN(const int64_t v, JsonInt(*g, "tediserve.gen_length", 1, max_gen));
+    d.gen_length = static_cast<int>(v);
+    has_gen = true;
+  }
+  if (const auto b = it->find("block_size"); b != it->end() && !b->is_null()) {
+    ASSIGN_OR_RETURN(const int64_t v, JsonInt(*b, "tediserve.block_size", 1, d.gen_length));
+    d.block_size = static_cast<int>(v);
+  } else if (has_gen) {
+    d.block_size = std::min(32, d.gen_length);
+    if (d.gen_length % d.block_size != 0) d.block_size = d.gen_length;
+  }
+  if (d.gen_length % d.block_size != 0) {
+    return InvalidArgument("tediserve.gen_length " + std::to_string(d.gen_length) +
+                           " is not a multiple of tediserve.block_size " +
+                           std::to_string(d.block_size));
   }
   return d;
+}
+
+StatusOr<GenerationDefaults> LoadGenerationDefaults(const std::string& model_dir) {
+  const std::string path = (std::filesystem::path(model_dir) / "config.json").string();
+  ASSIGN_OR_RETURN(const std::string text, ReadFile(path, "model config"));
+  const std::string where = SanitizeUtf8(path);
+  ASSIGN_OR_RETURN(const json j, ParseJson(text, where));
+  RETURN_IF_ERROR(CheckNoDuplicateKeys(text, where));
+  StatusOr<ModelConfig> config = ModelConfig::FromJsonValue(j);
+  if (!config.ok()) return config.status().WithContext(where);
+  StatusOr<GenerationDefaults> d = ParseGenerationDefaults(j, *config);
+  if (!d.ok()) return d.status().WithContext(where);
+  return d;
+}
+
+GenerationDefaults ReadGenerationDefaults(const std::string& model_dir) {
+  StatusOr<GenerationDefaults> d = LoadGenerationDefaults(model_dir);
+  return d.ok() ? *d : GenerationDefaults{};
 }
 
 }  // namespace tediserve::engine

@@ -4,9 +4,22 @@
 #include <cstdint>
 #include <string>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "common/status.h"
 
 namespace tediserve::engine {
+
+// Upper bounds on config.json dimensions, about 4x the largest open models (Llama-3 405B:
+// d_model 16384, 126 layers, 128 heads, MLP 53248, 128k vocabulary, 128k context), so a
+// corrupt value is refused by name before anything is allocated. The memory check below
+// (CheckModelFitsMemory) then bounds the combination by what the machine has.
+inline constexpr int kMaxDModel = 1 << 16;
+inline constexpr int kMaxLayers = 1024;
+inline constexpr int kMaxHeads = 1024;
+inline constexpr int kMaxMlpHidden = 1 << 20;
+inline constexpr int kMaxVocab = 1 << 24;   // the tokenizer's id bound too
+inline constexpr int kMaxSeqLen = 1 << 20;  // also the bound on --gen-length, --prompt-length
 
 enum class Architecture {
   kLLaDA,  // Llama-like mask predictor: MHA (or GQA), no biases, logits at the same position
@@ -42,19 +55,48 @@ struct ModelConfig {
   // A missing required key or a value of the wrong type is kInvalidArgument naming the key;
   // a feature the engine lacks (LLaDA include_bias, Dream rope_scaling or sliding window) is
   // kUnimplemented. The result has passed Validate().
-  static StatusOr<ModelConfig> FromJson(const std::string& json_text);
+  // The text must be JSON nested at most kMaxJsonDepth deep with no key twice in one object
+  // (a repeated key would silently mean its last value). `where` starts parse messages.
+  static StatusOr<ModelConfig> FromJson(const std::string& json_text,
+                                        const std::string& where = "config.json");
+  // The same from a parsed object.
+  static StatusOr<ModelConfig> FromJsonValue(const nlohmann::json& j);
 
-  // Checks the numbers are consistent (positive, heads divide d_model, kv heads divide heads,
-  // ids inside the vocabulary).
+  // Checks the numbers are consistent (each dimension in [1, its kMax* bound], heads divide
+  // d_model, kv heads divide heads, ids inside the vocabulary, at least one token besides
+  // mask and eos, a context of at least 2 tokens). Messages name the config.json key.
   Status Validate() const;
 };
 
+// Bytes a loaded model occupies: fp32 weights as loaded, the tensor-parallel copy of the
+// layer weights the transformer builds, the RoPE tables for max_seq_len positions, and the KV
+// buffer of one sequence of max_seq_len tokens. Saturates instead of overflowing.
+struct ModelMemory {
+  uint64_t weights = 0, shards = 0, rope = 0, kv_cache = 0;
+  uint64_t total() const;
+};
+ModelMemory EstimateModelMemory(const ModelConfig& config);
+// InvalidArgument (the config describes a model this machine cannot hold; exit 2) naming
+// the parts when the estimate exceeds `available` bytes
+// (UsableMemoryBytes() by default): a model that cannot fit fails before loading.
+Status CheckModelFitsMemory(const ModelConfig& config, uint64_t available = 0);
+
 // TeDiServe's own optional section of a model folder's config.json:
-// "tediserve": {"gen_length": N, "block_size": B}; 128 / 32 where absent or unreadable.
+// "tediserve": {"gen_length": N, "block_size": B}; 128 / 32 where absent (capped to the
+// context). Present values must be integers with 1 <= block_size <= gen_length,
+// gen_length + 1 <= max_seq_len (one prompt token at least) and gen_length a multiple of
+// block_size; anything else is kInvalidArgument naming tediserve.gen_length/block_size.
 struct GenerationDefaults {
   int gen_length = 128;
   int block_size = 32;
 };
+StatusOr<GenerationDefaults> ParseGenerationDefaults(const nlohmann::json& config_json,
+                                                     const ModelConfig& config);
+// Reads MODEL_DIR/config.json and parses both sections. LoadModel does this, so a model that
+// loaded has valid defaults (LoadedModel::generation).
+StatusOr<GenerationDefaults> LoadGenerationDefaults(const std::string& model_dir);
+// Kept for callers that load the model first (LoadModel has then validated the section):
+// LoadGenerationDefaults, or the built-in defaults when it fails.
 GenerationDefaults ReadGenerationDefaults(const std::string& model_dir);
 
 }  // namespace tediserve::engine

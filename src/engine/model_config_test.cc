@@ -256,6 +256,84 @@ TEST(ModelConfigTest, ValidateDirectly) {
   EXPECT_EQ(ModelConfig().Validate().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(ModelConfigTest, DimensionLimitsNameTheKey) {
+  json j = LLaDA8B();
+  j["n_layers"] = 1000000000;
+  ExpectError(j, StatusCode::kInvalidArgument, "n_layers = 1000000000 is outside the supported range [1, 1024]");
+  j = LLaDA8B();
+  j["max_sequence_length"] = 2147483647;
+  ExpectError(j, StatusCode::kInvalidArgument, "max_sequence_length = 2147483647 is outside");
+  j = Dream7B();
+  j["max_position_embeddings"] = 100000000;
+  ExpectError(j, StatusCode::kInvalidArgument, "max_position_embeddings = 100000000");
+  j = LLaDA8B();
+  j["embedding_size"] = 2;  // only mask and eos: nothing to say
+  j["mask_token_id"] = 1;
+  j["eos_token_id"] = 0;
+  ExpectError(j, StatusCode::kInvalidArgument, "vocab_size = 2 is outside the supported range [3,");
+  j = LLaDA8B();
+  j["rope_theta"] = 1e300;  // beyond float: refused, not converted
+  ExpectError(j, StatusCode::kInvalidArgument, "rope_theta");
+}
+
+TEST(ModelConfigTest, DeepOrDuplicatedJsonIsAnError) {
+  std::string deep = LLaDA8B().dump();
+  deep.insert(deep.size() - 1, ",\"x\":" + std::string(100000, '[') + std::string(100000, ']'));
+  StatusOr<ModelConfig> c = ModelConfig::FromJson(deep);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("nested deeper than"));
+  std::string dup = LLaDA8B().dump();
+  dup.insert(dup.size() - 1, ",\"n_layers\":1000000000");
+  c = ModelConfig::FromJson(dup);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("key 'n_layers' appears twice"));
+}
+
+TEST(ModelConfigTest, MemoryEstimateRefusesWhatCannotFit) {
+  ModelConfig c = *ModelConfig::FromJson(LLaDA8B().dump());
+  const ModelMemory m = EstimateModelMemory(c);
+  // 8B parameters in fp32, plus the sharded copy of the layers.
+  EXPECT_GT(m.weights, uint64_t{29} << 30);
+  EXPECT_LT(m.weights, uint64_t{31} << 30);
+  EXPECT_EQ(m.shards, m.weights - uint64_t{2} * 126464 * 4096 * 4 - 4096 * 4);  // the layers again
+  EXPECT_EQ(m.kv_cache, uint64_t{2} * 32 * 32 * 128 * 4096 * 4);
+  EXPECT_TRUE(CheckModelFitsMemory(c, uint64_t{1} << 40).ok());
+  const Status s = CheckModelFitsMemory(c, uint64_t{8} << 30);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("the model needs about"));
+  EXPECT_THAT(s.message(), HasSubstr("8.0 GiB"));
+}
+
+TEST(ModelConfigTest, GenerationDefaults) {
+  json j = LLaDA8B();
+  const ModelConfig c = *ModelConfig::FromJson(j.dump());
+  StatusOr<GenerationDefaults> d = ParseGenerationDefaults(j, c);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->gen_length, 128);
+  EXPECT_EQ(d->block_size, 32);
+  j["tediserve"] = {{"gen_length", 64}, {"block_size", 16}};
+  d = ParseGenerationDefaults(j, c);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->gen_length, 64);
+  EXPECT_EQ(d->block_size, 16);
+  auto expect_bad = [&](json section, const std::string& what) {
+    j["tediserve"] = std::move(section);
+    StatusOr<GenerationDefaults> bad = ParseGenerationDefaults(j, c);
+    ASSERT_FALSE(bad.ok()) << j["tediserve"].dump();
+    EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(bad.status().message(), HasSubstr(what));
+  };
+  expect_bad({{"gen_length", 8}, {"block_size", 0}}, "tediserve.block_size: expected an integer in [1, 8], got 0");
+  expect_bad({{"gen_length", -24}}, "tediserve.gen_length: expected an integer in [1, 4095], got -24");
+  expect_bad({{"gen_length", 2147483647}}, "tediserve.gen_length");
+  expect_bad({{"gen_length", 4096}}, "tediserve.gen_length");  // no room for a prompt token
+  expect_bad({{"gen_length", 24}, {"block_size", 16}}, "not a multiple of tediserve.block_size 16");
+  expect_bad({{"gen_length", 1e300}}, "tediserve.gen_length");
+  expect_bad({{"block_size", "8"}}, "tediserve.block_size");
+  expect_bad(json::array(), "key 'tediserve' must be an object");
+}
+
 TEST(ModelConfigTest, ArchitectureNames) {
   EXPECT_STREQ(ArchitectureName(Architecture::kLLaDA), "LLaDA");
   EXPECT_STREQ(ArchitectureName(Architecture::kDream), "Dream");

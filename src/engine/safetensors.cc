@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/input.h"
+#include "common/json_keys.h"
 #include "engine/float16.h"
 
 // The format is little-endian and the readers memcpy elements straight out of the file.
@@ -25,6 +27,12 @@ namespace tediserve::engine {
 namespace {
 
 using json = nlohmann::json;
+
+// The format's own limit on the header (the reference implementation refuses larger ones);
+// a real checkpoint's header is well under 1 MB.
+constexpr uint64_t kMaxHeaderBytes = 100u << 20;
+// Real tensors have rank <= 5; a longer shape is corruption.
+constexpr size_t kMaxRank = 16;
 
 struct DTypeEntry {
   DType dtype;
@@ -149,6 +157,11 @@ StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   const std::byte* bytes = file.mapping_->bytes();
 
   const uint64_t header_len = Load<uint64_t>(bytes);
+  if (header_len > kMaxHeaderBytes) {
+    return DataLoss(path + ": header length " + std::to_string(header_len) + " is more than the " +
+                    std::to_string(kMaxHeaderBytes) + " bytes the format allows; the file is " +
+                    "corrupt or not safetensors");
+  }
   if (header_len > file_size - 8) {
     return DataLoss(path + ": header length " + std::to_string(header_len) +
                     " runs past the end of the file (" + std::to_string(file_size) +
@@ -157,19 +170,25 @@ StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   file.data_ = bytes + 8 + header_len;
   file.data_size_ = file_size - 8 - header_len;
 
-  const char* header_begin = reinterpret_cast<const char*>(bytes + 8);
-  const json header = json::parse(header_begin, header_begin + header_len, nullptr,
-                                  /*allow_exceptions=*/false);
-  if (header.is_discarded()) return DataLoss(path + ": header is not valid JSON");
+  const std::string_view header_text(reinterpret_cast<const char*>(bytes + 8), header_len);
+  // Depth-bounded parse (a deeply nested shape would overflow the stack of the recursive
+  // parser/serializer), and no tensor named twice (the later entry would silently win).
+  StatusOr<json> parsed = ParseJson(header_text, "header");
+  if (!parsed.ok()) return DataLoss(path + ": " + parsed.status().message());
+  if (Status dup = CheckNoDuplicateKeys(header_text, "header"); !dup.ok()) {
+    return DataLoss(path + ": " + dup.message());
+  }
+  const json& header = *parsed;
   if (!header.is_object()) return DataLoss(path + ": header is not a JSON object");
 
   for (const auto& [name, entry] : header.items()) {
-    const std::string where = path + ": tensor '" + name + "': ";
+    const std::string where = path + ": tensor '" + SanitizeUtf8(name.substr(0, 200)) + "': ";
     if (name == "__metadata__") {
       if (!entry.is_object()) return DataLoss(path + ": __metadata__ is not a JSON object");
       for (const auto& [key, value] : entry.items()) {
         if (!value.is_string()) {
-          return DataLoss(path + ": __metadata__ value for '" + key + "' is not a string");
+          return DataLoss(path + ": __metadata__ value for '" + SanitizeUtf8(key.substr(0, 200)) +
+                          "' is not a string");
         }
         file.metadata_[key] = value.get<std::string>();
       }
@@ -186,13 +205,18 @@ StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     }
     const DTypeEntry* dtype = FindDType(dtype_it->get<std::string>());
     if (dtype == nullptr) {
-      return DataLoss(where + "unknown dtype '" + dtype_it->get<std::string>() + "'");
+      return DataLoss(where + "unknown dtype '" +
+                      SanitizeUtf8(dtype_it->get_ref<const std::string&>().substr(0, 40)) + "'");
     }
     info.dtype = dtype->dtype;
 
     const auto shape_it = entry.find("shape");
     if (shape_it == entry.end() || !shape_it->is_array()) {
       return DataLoss(where + "missing array 'shape'");
+    }
+    if (shape_it->size() > kMaxRank) {
+      return DataLoss(where + "shape has " + std::to_string(shape_it->size()) +
+                      " dimensions, more than " + std::to_string(kMaxRank));
     }
     // Element count in uint64 with overflow checks: a corrupt shape must not wrap around
     // into a plausible size.
@@ -201,11 +225,12 @@ StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     for (const json& dim : *shape_it) {
       if (dim.is_number_integer() && !dim.is_number_unsigned()) {
         return DataLoss(where + "negative dimension " + std::to_string(dim.get<int64_t>()) +
-                        " in shape " + shape_it->dump());
+                        " in shape " + JsonSnippet(*shape_it, 200));
       }
       uint64_t d = 0;
       if (!GetUnsigned(dim, &d) || d > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return DataLoss(where + "shape " + shape_it->dump() + " is not a list of integers");
+        return DataLoss(where + "shape " + JsonSnippet(*shape_it, 200) +
+                        " is not a list of integers");
       }
       info.shape.push_back(static_cast<int64_t>(d));
       overflow |= __builtin_mul_overflow(elements, d, &elements);

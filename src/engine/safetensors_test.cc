@@ -143,7 +143,28 @@ TEST_F(SafetensorsTest, HeaderLengthPastEndOfFile) {
   ExpectOpenError(path, StatusCode::kDataLoss, "header length 1000");
   // A huge length must not overflow the bounds check.
   ExpectOpenError(WriteRaw("huge.safetensors", "{}", "", UINT64_MAX - 3), StatusCode::kDataLoss,
-                  "runs past the end");
+                  "header length 18446744073709551612 is more than");
+}
+
+TEST_F(SafetensorsTest, HostileHeaders) {
+  // A shape nested 150,000 deep: refused by the depth bound, not a stack overflow.
+  ExpectOpenError(WriteRaw("deep.safetensors", R"({"w":{"dtype":"F32","shape":)" + std::string(150000, '[') +
+                                                   std::string(150000, ']') + R"(,"data_offsets":[0,0]}})"),
+                  StatusCode::kDataLoss, "nested deeper than");
+  ExpectOpenError(WriteRaw("rank.safetensors", R"({"w":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1],)"
+                                               R"("data_offsets":[0,4]}})",
+                           std::string(4, '\0')),
+                  StatusCode::kDataLoss, "17 dimensions");
+  ExpectOpenError(WriteRaw("dup.safetensors", R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                                              R"("w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                           std::string(8, '\0')),
+                  StatusCode::kDataLoss, "key 'w' appears twice");
+  ExpectOpenError(WriteRaw("overflow.safetensors",
+                           R"({"w":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,8]}})",
+                           std::string(8, '\0')),
+                  StatusCode::kDataLoss, "more than 2^64");
+  ExpectOpenError(WriteRaw("bighdr.safetensors", "{}", "", uint64_t{200} << 20), StatusCode::kDataLoss,
+                  "bytes the format allows");
 }
 
 TEST_F(SafetensorsTest, HeaderGarbage) {

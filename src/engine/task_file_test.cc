@@ -57,7 +57,7 @@ TEST_F(TaskFileTest, ReadsProblemsSkipsBlankLinesAndDefaultsTheTask) {
 }
 
 TEST_F(TaskFileTest, ErrorsNameTheLine) {
-  ExpectError("{\"prompt\": \"1=\", \"answer\": \"1\"}\nnot json\n", "tasks.jsonl:2: not a JSON object");
+  ExpectError("{\"prompt\": \"1=\", \"answer\": \"1\"}\nnot json\n", "tasks.jsonl:2: not valid JSON");
   ExpectError("{\"prompt\": \"1=\"}\n", "tasks.jsonl:1: missing string field \"answer\"");
   ExpectError("{\"prompt\": 5, \"answer\": \"1\"}\n", "missing string field \"prompt\"");
   ExpectError("{\"prompt\": \"\", \"answer\": \"1\"}\n", "tasks.jsonl:1: empty prompt");
@@ -65,7 +65,13 @@ TEST_F(TaskFileTest, ErrorsNameTheLine) {
   ExpectError("\n\n", "no problems");
   auto missing = ReadTaskFile((dir_.path() / "none.jsonl").string(), tok_);
   ASSERT_FALSE(missing.ok());
-  EXPECT_THAT(missing.status().message(), HasSubstr("cannot open task file"));
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr("task file"));
+  EXPECT_THAT(missing.status().message(), HasSubstr("none.jsonl: no such file"));
+  // A task that is not a string, a line that is an array, a deep line: errors, not crashes.
+  ExpectError("{\"prompt\": \"1=\", \"answer\": \"1\", \"task\": 3}\n", "missing string field \"task\"");
+  ExpectError("[1, 2]\n", "tasks.jsonl:1: not a JSON object");
+  ExpectError(std::string(100000, '[') + "\n", "tasks.jsonl:1: JSON nested deeper than");
 }
 
 }  // namespace

@@ -1,10 +1,12 @@
 #include "engine/tokenizer.h"
 
+#include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "common/input.h"
+#include "common/json_keys.h"
 
 namespace tediserve::engine {
 
@@ -15,6 +17,16 @@ using json = nlohmann::json;
 // Ids index dense tables; a corrupt id must not allocate gigabytes.
 constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
 constexpr const char* kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+// Encode tries every length up to the longest token at each position, so the longest token
+// bounds its cost; real vocabularies' tokens are under 100 bytes.
+constexpr size_t kMaxTokenBytes = 1024;
+// tokenizer.json of a 150k-token BPE model is about 10 MB.
+constexpr uint64_t kMaxTokenizerBytes = uint64_t{256} << 20;
+
+// A token as shown in a message: bounded, valid UTF-8.
+std::string Shown(const std::string& token) {
+  return token.size() > 60 ? SanitizeUtf8(token.substr(0, 60)) + "..." : SanitizeUtf8(token);
+}
 
 // Decodes the UTF-8 sequence at s[i]; returns its length, or 0 if the bytes are not valid
 // UTF-8 (used only to name the offending character in an error).
@@ -64,18 +76,15 @@ bool IsCharacterSplit(const json& pre) {
 }  // namespace
 
 StatusOr<Tokenizer> Tokenizer::FromFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound(path + ": cannot open tokenizer file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  StatusOr<Tokenizer> tok = FromJson(text.str());
-  if (!tok.ok()) return tok.status().WithContext(path);
+  ASSIGN_OR_RETURN(const std::string text, ReadFile(path, "tokenizer", kMaxTokenizerBytes));
+  StatusOr<Tokenizer> tok = FromJson(text);
+  if (!tok.ok()) return tok.status().WithContext(SanitizeUtf8(path));
   return tok;
 }
 
 StatusOr<Tokenizer> Tokenizer::FromJson(const std::string& json_text) {
-  const json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return InvalidArgument("tokenizer is not valid JSON");
+  ASSIGN_OR_RETURN(const json j, ParseJson(json_text, "tokenizer"));
+  RETURN_IF_ERROR(CheckNoDuplicateKeys(json_text, "tokenizer"));
   if (!j.is_object()) return InvalidArgument("tokenizer is not a JSON object");
   const auto model_it = j.find("model");
   if (model_it == j.end() || !model_it->is_object()) {
@@ -88,32 +97,36 @@ StatusOr<Tokenizer> Tokenizer::FromJson(const std::string& json_text) {
   }
   const std::string type = type_it->get<std::string>();
   if (type != "WordLevel") {
-    return Unimplemented("tokenizer model type '" + type +
+    return Unimplemented("tokenizer model type '" + Shown(type) +
                          "' is not supported yet (supported: WordLevel)");
   }
   // Greedy matching equals the Hugging Face result only when the text is split into single
   // characters first and not rewritten; refuse anything else.
-  if (j.contains("normalizer") && !j["normalizer"].is_null()) {
-    return Unimplemented("tokenizer normalizer " + j["normalizer"].dump() + " is not supported");
+  if (j.contains("normalizer") && !j.at("normalizer").is_null()) {
+    return Unimplemented("tokenizer normalizer " + JsonSnippet(j.at("normalizer")) +
+                         " is not supported");
   }
-  if (j.contains("pre_tokenizer") && !IsCharacterSplit(j["pre_tokenizer"])) {
-    return Unimplemented("tokenizer pre_tokenizer " + j["pre_tokenizer"].dump() +
+  if (j.contains("pre_tokenizer") && !IsCharacterSplit(j.at("pre_tokenizer"))) {
+    return Unimplemented("tokenizer pre_tokenizer " + JsonSnippet(j.at("pre_tokenizer")) +
                          " is not supported (only a Split on the empty string)");
   }
 
   Tokenizer tok;
   auto add = [&tok](const std::string& token, const json& id_json, bool special) -> Status {
-    if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 ||
-        id_json.get<int64_t>() > kMaxTokenId) {
-      return InvalidArgument("token '" + token + "' has id " + id_json.dump() +
-                             ", expected an integer in [0, " + std::to_string(kMaxTokenId) +
-                             "]");
+    StatusOr<int64_t> id_or = JsonInt(id_json, "id", 0, kMaxTokenId);
+    if (!id_or.ok()) {
+      return InvalidArgument("token '" + Shown(token) + "' has id " + JsonSnippet(id_json) +
+                             ", expected an integer in [0, " + std::to_string(kMaxTokenId) + "]");
     }
-    if (token.empty()) return InvalidArgument("token with id " + id_json.dump() + " is empty");
-    const auto id = static_cast<int32_t>(id_json.get<int64_t>());
+    if (token.empty()) return InvalidArgument("token with id " + JsonSnippet(id_json) + " is empty");
+    if (token.size() > kMaxTokenBytes) {
+      return InvalidArgument("token '" + Shown(token) + "' is " + std::to_string(token.size()) +
+                             " bytes long, more than " + std::to_string(kMaxTokenBytes));
+    }
+    const auto id = static_cast<int32_t>(*id_or);
     const auto known = tok.token_to_id_.find(token);
     if (known != tok.token_to_id_.end() && known->second != id) {
-      return InvalidArgument("token '" + token + "' has ids " + std::to_string(known->second) +
+      return InvalidArgument("token '" + Shown(token) + "' has ids " + std::to_string(known->second) +
                              " and " + std::to_string(id));
     }
     if (static_cast<size_t>(id) >= tok.id_to_token_.size()) {
@@ -122,7 +135,7 @@ StatusOr<Tokenizer> Tokenizer::FromJson(const std::string& json_text) {
     }
     std::string& slot = tok.id_to_token_[id];
     if (!slot.empty() && slot != token) {
-      return InvalidArgument("tokens '" + slot + "' and '" + token + "' both have id " +
+      return InvalidArgument("tokens '" + Shown(slot) + "' and '" + Shown(token) + "' both have id " +
                              std::to_string(id));
     }
     slot = token;
@@ -138,21 +151,22 @@ StatusOr<Tokenizer> Tokenizer::FromJson(const std::string& json_text) {
   }
   for (const auto& [token, id] : vocab_it->items()) RETURN_IF_ERROR(add(token, id, false));
 
-  if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
-    const json& added = j["added_tokens"];
+  if (j.contains("added_tokens") && !j.at("added_tokens").is_null()) {
+    const json& added = j.at("added_tokens");
     if (!added.is_array()) return InvalidArgument("tokenizer 'added_tokens' is not a list");
-    for (const json& t : added) {
+    for (size_t i = 0; i < added.size(); ++i) {
+      const json& t = added[i];
+      const std::string entry = "tokenizer added_tokens[" + std::to_string(i) + "]";
       if (!t.is_object() || !t.contains("id") || !t.contains("content") ||
-          !t["content"].is_string()) {
-        return InvalidArgument("tokenizer added_tokens entry " + t.dump() +
-                               " lacks an 'id' or a string 'content'");
+          !t.at("content").is_string()) {
+        return InvalidArgument(entry + " " + JsonSnippet(t) + " lacks an 'id' or a string 'content'");
       }
       const json special = t.value("special", json(false));
       if (!special.is_boolean()) {
-        return InvalidArgument("tokenizer added_tokens entry " + t.dump() +
-                               " has a non-boolean 'special'");
+        return InvalidArgument(entry + " has a non-boolean 'special': " + JsonSnippet(special));
       }
-      RETURN_IF_ERROR(add(t["content"].get<std::string>(), t["id"], special.get<bool>()));
+      RETURN_IF_ERROR(add(t.at("content").get<std::string>(), t.at("id"), special.get<bool>())
+                          .WithContext(entry));
     }
   }
   if (tok.id_to_token_.empty()) return InvalidArgument("tokenizer vocabulary is empty");

@@ -154,6 +154,22 @@ TEST(TokenizerTest, MalformedFiles) {
   ExpectJsonError(j, StatusCode::kInvalidArgument, "added_tokens");
   StatusOr<Tokenizer> t = Tokenizer::FromJson("{not json");
   EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  // Deep nesting anywhere is refused before parsing; messages never dump the value.
+  t = Tokenizer::FromJson(R"({"normalizer":)" + std::string(100000, '[') + std::string(100000, ']') + "}");
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(t.status().message(), HasSubstr("nested deeper than"));
+  j = CharTokenizer();
+  j["model"]["vocab"][std::string(5000, 'x')] = 40;
+  ExpectJsonError(j, StatusCode::kInvalidArgument, "5000 bytes long");
+  j = CharTokenizer();
+  j["added_tokens"][0]["id"] = 1e300;
+  ExpectJsonError(j, StatusCode::kInvalidArgument, "added_tokens[0]");
+  std::string dup = CharTokenizer().dump();
+  const size_t vocab = dup.find("\"vocab\":{") + 9;
+  dup.insert(vocab, "\"a\":44,\"a\":45,");
+  t = Tokenizer::FromJson(dup);
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("key 'a' appears twice"));
 }
 
 TEST(TokenizerTest, FromFile) {

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <unordered_map>
 
+#include <nlohmann/json.hpp>
+
+#include "common/input.h"
+#include "common/json_keys.h"
 #include "engine/safetensors.h"
 
 namespace tediserve::engine {
@@ -131,15 +133,6 @@ class Checkpoint {
   std::unordered_map<std::string, size_t> where_;
 };
 
-StatusOr<std::string> ReadTextFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound(path + ": cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return DataLoss(path + ": read failed");
-  return text.str();
-}
-
 StatusOr<LayerWeights> LoadLayer(const Checkpoint& ckpt, const ModelConfig& c, int layer) {
   const LayerNames n = NamesFor(c.arch, layer);
   const int q_rows = c.n_heads * c.head_dim;
@@ -166,18 +159,29 @@ StatusOr<LayerWeights> LoadLayer(const Checkpoint& ckpt, const ModelConfig& c, i
 
 StatusOr<LoadedModel> LoadModel(const std::string& dir) {
   std::error_code ec;
-  if (!fs::exists(dir, ec)) return NotFound(dir + ": model folder does not exist");
-  if (!fs::is_directory(dir, ec)) return InvalidArgument(dir + ": not a folder");
+  const std::string shown = SanitizeUtf8(dir);
+  if (!fs::exists(dir, ec)) return NotFound(shown + ": model folder does not exist");
+  if (!fs::is_directory(dir, ec)) return InvalidArgument(shown + ": not a folder");
 
   LoadedModel model;
   model.dir = dir;
   const std::string config_path = (fs::path(dir) / "config.json").string();
-  if (!fs::exists(config_path, ec)) return NotFound(config_path + ": no such file");
-  ASSIGN_OR_RETURN(const std::string config_text, ReadTextFile(config_path));
-  StatusOr<ModelConfig> config = ModelConfig::FromJson(config_text);
-  if (!config.ok()) return config.status().WithContext(config_path);
+  const std::string config_where = SanitizeUtf8(config_path);
+  // config.json of a real model is a few KB; 16 MiB leaves room and bounds the parse.
+  ASSIGN_OR_RETURN(const std::string config_text,
+                   ReadFile(config_path, "model config", std::uint64_t{16} << 20));
+  ASSIGN_OR_RETURN(const nlohmann::json config_json, ParseJson(config_text, config_where));
+  RETURN_IF_ERROR(CheckNoDuplicateKeys(config_text, config_where));
+  StatusOr<ModelConfig> config = ModelConfig::FromJsonValue(config_json);
+  if (!config.ok()) return config.status().WithContext(config_where);
   model.config = *config;
   const ModelConfig& c = model.config;
+  StatusOr<GenerationDefaults> generation = ParseGenerationDefaults(config_json, c);
+  if (!generation.ok()) return generation.status().WithContext(config_where);
+  model.generation = *generation;
+  // Before any tensor is read: a config whose shapes cannot fit fails here by name instead
+  // of in std::bad_alloc halfway through the checkpoint.
+  RETURN_IF_ERROR(CheckModelFitsMemory(c).WithContext(config_where));
 
   ASSIGN_OR_RETURN(const Checkpoint ckpt, Checkpoint::Open(dir));
   const ModelNames names = NamesFor(c.arch);

@@ -39,12 +39,16 @@ struct ModelWeights {
 struct LoadedModel {
   std::string dir;
   ModelConfig config;
+  GenerationDefaults generation;  // config.json's "tediserve" section, validated
   ModelWeights weights;
 };
 
 // Loads a Hugging Face style folder: config.json and every *.safetensors file in it
 // (tensors may be F32, BF16 or F16; all converted to fp32). Every tensor the architecture
 // needs must be present with the shape config.json implies; errors name the file and tensor.
+// config.json is validated before any tensor is read: dimensions within the kMax* bounds,
+// the "tediserve" generation defaults consistent with the context, and the model's memory
+// estimate within what this process can allocate (kInvalidArgument otherwise).
 StatusOr<LoadedModel> LoadModel(const std::string& dir);
 
 }  // namespace tediserve::engine

@@ -33,6 +33,21 @@ constexpr const char* kBinary = TEDISERVE_BIN;
 constexpr std::chrono::seconds kTimeout{60};
 constexpr rlim_t kChildAddressSpace = rlim_t{4} << 30;  // 4 GiB: the tiny model needs far less
 
+// Under AddressSanitizer the child reserves terabytes of shadow address space, so an
+// address-space cap would make every run fail at start-up; ASan's own allocation limit
+// (and the binary's memory checks) take its place.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kCapChildAddressSpace = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kCapChildAddressSpace = false;
+#else
+constexpr bool kCapChildAddressSpace = true;
+#endif
+#else
+constexpr bool kCapChildAddressSpace = true;
+#endif
+
 inline const fs::path& RealModelDir() {
   static const fs::path dir = fs::path(TEDI_SOURCE_DIR) / "models" / "tiny-llada";
   return dir;
@@ -51,6 +66,7 @@ inline void WriteFile(const std::string& path, const std::string& text) {
 struct RunResult {
   bool spawned = false;
   bool timed_out = false;
+  std::chrono::seconds timeout = kTimeout;
   int wait_status = 0;
   std::string out, err;
   double wall_s = 0;
@@ -63,7 +79,7 @@ struct RunResult {
     if (!spawned) {
       s << "[not started]";
     } else if (timed_out) {
-      s << "[killed after the " << kTimeout.count() << " s timeout]";
+      s << "[killed after the " << timeout.count() << " s timeout]";
     } else if (WIFSIGNALED(wait_status)) {
       s << "[killed by signal " << WTERMSIG(wait_status) << " (" << strsignal(WTERMSIG(wait_status)) << ")]";
     } else {
@@ -78,8 +94,11 @@ struct RunResult {
 // Runs `tediserve args...` (fork + exec, no shell) with stdout and stderr sent to files in a
 // private temp folder and the child's address space capped, so that a runaway allocation
 // fails inside the child instead of swapping the machine.
-inline RunResult RunCli(const std::vector<std::string>& args) {
+// `cwd`, when not empty, is the child's working directory.
+inline RunResult RunCli(const std::vector<std::string>& args, std::chrono::seconds timeout = kTimeout,
+                        const std::string& cwd = "") {
   RunResult r;
+  r.timeout = timeout;
   TempDir io("tedi_cli_io");
   if (io.path().empty()) return r;
   const std::string out_path = io.File("stdout"), err_path = io.File("stderr");
@@ -106,14 +125,17 @@ inline RunResult RunCli(const std::vector<std::string>& args) {
       _exit(126);
     for (int fd : {in, out, err})
       if (fd > STDERR_FILENO) close(fd);
-    const rlimit as{kChildAddressSpace, kChildAddressSpace};
-    setrlimit(RLIMIT_AS, &as);
+    if (kCapChildAddressSpace) {
+      const rlimit as{kChildAddressSpace, kChildAddressSpace};
+      setrlimit(RLIMIT_AS, &as);
+    }
+    if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(125);
     execv(kBinary, argv.data());
     _exit(127);
   }
   r.spawned = true;
 
-  const auto deadline = t0 + kTimeout;
+  const auto deadline = t0 + timeout;
   for (;;) {
     const pid_t w = waitpid(pid, &r.wait_status, WNOHANG);
     if (w == pid) break;

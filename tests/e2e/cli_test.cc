@@ -203,13 +203,13 @@ TEST(CliGenerate, ThresholdOutOfRange) {
 // 0 must not silently mean "the model's default" (the default is what omitting the flag
 // gives).
 TEST(CliGenerate, GenLengthOrBlockSizeZero) {
-  ExpectBadInput(RunCli(Gen({"12+7=", "--gen-length", "0"})), "gen length");
-  ExpectBadInput(RunCli(Gen({"12+7=", "--block-size", "0"})), "block size");
+  ExpectBadInput(RunCli(Gen({"12+7=", "--gen-length", "0"})), "--gen-length: Value 0 not in range 1 to");
+  ExpectBadInput(RunCli(Gen({"12+7=", "--block-size", "0"})), "--block-size: Value 0 not in range 1 to");
 }
 
 TEST(CliGenerate, NegativeGenLengthAndBlockSize) {
-  ExpectBadInput(RunCli(Gen({"12+7=", "--gen-length", "-8"})), "gen length");
-  ExpectBadInput(RunCli(Gen({"12+7=", "--block-size", "-8"})), "block size");
+  ExpectBadInput(RunCli(Gen({"12+7=", "--gen-length", "-8"})), "--gen-length");
+  ExpectBadInput(RunCli(Gen({"12+7=", "--block-size", "-8"})), "--block-size");
 }
 
 TEST(CliGenerate, GenLengthNotMultipleOfBlockWithCache) {
@@ -278,7 +278,7 @@ TEST(CliEval, TasksFileMissing) {
   TempDir tmp("tedi_cli_tasks");
   const std::string tasks = tmp.File("nope.jsonl");
   RunResult r = RunCli({"eval", "--model", Snapshot().dir(), "--tasks", tasks, "--thresholds", "0.9"});
-  ExpectBadInput(r, "cannot open task file");
+  ExpectBadInput(r, "no such file");
 }
 
 TEST(CliEval, BadCacheMode) {
@@ -305,10 +305,10 @@ TEST(CliEval, GenLengthNotMultipleOfBlock) {
 TEST(CliEval, GenLengthOrBlockSizeZero) {
   ExpectBadInput(RunCli({"eval", "--model", Snapshot().dir(), "--limit", "2", "--thresholds", "0.9",
                          "--gen-length", "0"}),
-                 "gen length");
+                 "--gen-length");
   ExpectBadInput(RunCli({"eval", "--model", Snapshot().dir(), "--limit", "2", "--thresholds", "0.9",
                          "--block-size", "0"}),
-                 "block size");
+                 "--block-size");
 }
 
 TEST(CliBench, ZeroReps) {
@@ -318,7 +318,7 @@ TEST(CliBench, ZeroReps) {
 
 TEST(CliBench, ZeroBatch) {
   RunResult r = RunCli({"bench", "--model", Snapshot().dir(), "--batches", "1,0"});
-  ExpectBadInput(r, "batch sizes must be >= 1");
+  ExpectBadInput(r, "--batches: Value 0 not in range 1 to 4096");
 }
 
 // A bad --gen-length must not silently become the bench default of 64.
@@ -327,7 +327,7 @@ TEST(CliBench, GenLengthNotPositive) {
     SCOPED_TRACE(std::string("--gen-length ") + g);
     ExpectBadInput(RunCli({"bench", "--model", Snapshot().dir(), "--reps", "1", "--batches", "1",
                            std::string("--gen-length=") + g}),
-                   "gen length");
+                   "--gen-length");
   }
 }
 
@@ -336,7 +336,7 @@ TEST(CliBench, GenLengthNotPositive) {
 TEST(CliBench, HugePromptLength) {
   RunResult r = RunCli({"bench", "--model", Snapshot().dir(), "--reps", "1", "--batches", "1",
                         "--prompt-length", "2147483600", "--gen-length", "64", "--block-size", "8"});
-  ExpectBadInput(r, "context of 256");
+  ExpectBadInput(r, "--prompt-length: Value 2147483600 not in range");  // refused by the flag's bound
 }
 
 TEST(CliBench, PromptPlusGenExceedsContext) {

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Fuzzes one parser (or all) with libFuzzer (issue 17; docs/design.md section 6, Testing).
+#
+#   scripts/fuzz.sh TARGET SECONDS     e.g. scripts/fuzz.sh model_config 120
+#   scripts/fuzz.sh all SECONDS        every target, SECONDS each
+#   scripts/fuzz.sh list               the targets
+#
+# Builds build-fuzz (clang, -DTEDI_FUZZ=ON: ASan + UBSan + libFuzzer) when needed, gathers
+# the seed corpus of TARGET from the real files of the repo (models/, data/, experiments/,
+# tests/fixtures/, and the saved crashers under tests/regression/crashers/) into
+# build-fuzz/corpus/TARGET, runs the target from the source tree with -timeout=5
+# -rss_limit_mb=2048 and a per-target -max_len, and prints executions and corpus size.
+# Crash inputs land in build-fuzz/findings/TARGET/ (crash-*, timeout-*, oom-*).
+# Environment: JOBS (build parallelism, default 2), FUZZ_ARGS (extra libFuzzer flags).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD=$ROOT/build-fuzz
+JOBS=${JOBS:-2}
+
+TARGETS=(safetensors model_config tokenizer task_file experiment trace_csv trace_jsonl step_log predictor
+         calibration latency_profile_csv latency_profile_json)
+
+max_len() {
+  case $1 in
+    safetensors) echo 131072 ;;
+    predictor) echo 1048576 ;;
+    tokenizer | task_file | step_log | trace_csv | trace_jsonl | latency_profile_csv | latency_profile_json) echo 65536 ;;
+    *) echo 16384 ;;
+  esac
+}
+
+# Seed files per target: find expressions over the repo's own inputs.
+seeds() {
+  local crashers=tests/regression/crashers
+  case $1 in
+    safetensors) find models tests/fixtures "$crashers/safetensors" -name '*.safetensors' -size -2M ;;
+    model_config) find models tests/fixtures "$crashers/config" "$crashers/synthmodel" -name '*config.json' ;;
+    tokenizer) find models tests/fixtures "$crashers/tokenizer" "$crashers/synthmodel" -name '*tokenizer.json' ;;
+    task_file) find models "$crashers/synthmodel" \( -name '*heldout.jsonl' -o -name 'tasks.jsonl' \) ;;
+    experiment) find experiments "$crashers" \( -name '*.yaml' -o -name '*.yml' \) ;;
+    trace_csv) find "$crashers/trace" -name '*.csv' ;;
+    trace_jsonl) find "$crashers/trace" -name '*.jsonl' ;;
+    step_log) find "$crashers/steplog" -name '*.jsonl' ;;
+    predictor) find models data "$crashers/predictor" \( -name '*predictor*.json' -o -name 'pred.json' \) ;;
+    calibration) find data/calibrations -name '*.json' ! -name '*predictor*' ;;
+    latency_profile_csv) find data/profiles "$crashers/profile" -name '*.csv' ;;
+    latency_profile_json) find data/profiles "$crashers/profile" -name '*.json' ;;
+  esac
+}
+
+# Inputs no file in the repo covers (a trace format only tests write): a few lines made
+# here, the smallest well-formed instances of the format.
+extra_seeds() {
+  local dir=$1
+  case $2 in
+    trace_csv) printf 'arrival_s,prompt_len,output_len\n0.0,24,32\n0.5,30,64\n' >"$dir/made_0" ;;
+    trace_jsonl) printf '{"arrival_s": 0.0, "prompt_len": 24, "output_len": 32}\n{"arrival_s": 1.5, "prompt_len": 8, "output_len": 8, "slo_s": 2.0}\n' >"$dir/made_0" ;;
+    step_log) : ;;
+  esac
+}
+
+build() {
+  if [[ ! -f $BUILD/build.ninja ]]; then
+    CC=clang CXX=clang++ cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g -DNDEBUG" -DTEDI_FUZZ=ON >/dev/null
+  fi
+  cmake --build "$BUILD" -j "$JOBS" --target fuzz_all
+}
+
+run_one() {
+  local target=$1 seconds=$2
+  local corpus=$BUILD/corpus/$target findings=$BUILD/findings/$target log=$BUILD/logs/$target.log
+  mkdir -p "$corpus" "$findings" "$BUILD/logs"
+  local n=0
+  while IFS= read -r f; do
+    cp -f "$f" "$corpus/seed_$(printf '%s' "$f" | md5sum | cut -c1-12)"
+    n=$((n + 1))
+  done < <(seeds "$target" | sort)
+  extra_seeds "$corpus" "$target"
+  echo "== $target: $n seed files, ${seconds}s, -max_len=$(max_len "$target")"
+  local rc=0
+  # shellcheck disable=SC2086
+  "$BUILD/fuzz/fuzz_$target" "$corpus" -max_total_time="$seconds" -timeout=5 -rss_limit_mb=2048 \
+    -max_len="$(max_len "$target")" -artifact_prefix="$findings/" -print_final_stats=1 ${FUZZ_ARGS:-} \
+    >"$log" 2>&1 || rc=$?
+  local execs
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
+  echo "   executions: $execs, corpus: $(find "$corpus" -type f | wc -l) files, exit $rc, log $log"
+  if [[ $rc -ne 0 ]]; then
+    grep -m1 -E 'ERROR: (AddressSanitizer|libFuzzer|UndefinedBehaviorSanitizer)|runtime error' "$log" || true
+    grep -m3 -E '^ +#[0-9]+ .* in tediserve' "$log" || true
+    ls "$findings"
+  fi
+  return $rc
+}
+
+case ${1:-} in
+  list) printf '%s\n' "${TARGETS[@]}"; exit 0 ;;
+  '' | -h | --help) sed -n '2,15p' "$0"; exit 2 ;;
+esac
+[[ $# -eq 2 && $2 =~ ^[0-9]+$ ]] || { echo "usage: $0 TARGET|all SECONDS" >&2; exit 2; }
+build
+status=0
+if [[ $1 == all ]]; then
+  for t in "${TARGETS[@]}"; do run_one "$t" "$2" || status=1; done
+else
+  printf '%s\n' "${TARGETS[@]}" | grep -qx "$1" || { echo "unknown target '$1' (see $0 list)" >&2; exit 2; }
+  run_one "$1" "$2" || status=1
+fi
+exit $status
