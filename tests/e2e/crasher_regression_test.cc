@@ -121,7 +121,7 @@ TEST_P(CrasherCases, Replay) {
     a = ReplaceAll(a, "@SRC@", TEDI_SOURCE_DIR);
     a = ReplaceAll(a, "@CASE@", tmp.string());
     a = ReplaceAll(a, "@BASE@", base);
-    if (c.kind == "cli" && a.rfind("--", 0) == 0) names.push_back(a);
+    if (a.rfind("--", 0) == 0) names.push_back(a);  // a flag is an input too
     if (a == tmp.string()) names.push_back(a);
     if (a.rfind(tmp.string() + "/", 0) == 0) {  // a path into the case: its (printable) file name
       names.push_back(fs::path(a).filename().string());
