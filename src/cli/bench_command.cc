@@ -126,7 +126,9 @@ int RunBench(const BenchArgs& a) {
     }
   auto bundle = LoadBundle(a.engine.model_dir);
   if (!bundle.ok()) return ReportError(bundle.status());
-  auto lengths = ResolveLengths(a.engine.gen_length, a.engine.block_size, 64, 8);
+  // Unset lengths are the model's own (config.json's tediserve section), as in eval.
+  auto lengths =
+      ResolveLengths(a.engine.gen_length, a.engine.block_size, bundle->default_gen_length, bundle->default_block_size);
   if (!lengths.ok()) return ReportError(lengths.status());
   const int gen = lengths->gen_length, block = lengths->block_size;
   if (gen % block != 0) {

@@ -321,7 +321,7 @@ TEST(CliBench, ZeroBatch) {
   ExpectBadInput(r, "--batches: Value 0 not in range 1 to 4096");
 }
 
-// A bad --gen-length must not silently become the bench default of 64.
+// A bad --gen-length must not silently become the model's default.
 TEST(CliBench, GenLengthNotPositive) {
   for (const char* g : {"0", "-8"}) {
     SCOPED_TRACE(std::string("--gen-length ") + g);
