@@ -16,6 +16,9 @@ Outputs (all deterministic for a given --seed, on the same torch build):
   <fixtures>/llada_reference.safetensors   inputs and PyTorch fp32 logits of the tiny model
   <fixtures>/tiny-dream/                   a random Dream-layout checkpoint (GQA, q/k/v biases)
   <fixtures>/dream_reference.safetensors   and its PyTorch logits (shifted)
+--gen-length sets the output positions (config.json's tediserve.gen_length; default 8),
+--reference-name the model fixture's file name, --no-dream-fixture skips the Dream fixture,
+and --fixture-only FOLDER writes only the fixture of an existing model folder (a snapshot).
 
 Only an offline tool: the C++ build and the tests never run it. Use Debian's torch:
   /usr/bin/python3 tools/train_tiny_model.py --out models/tiny-llada --fixtures tests/fixtures
@@ -96,6 +99,23 @@ TASK_SETS = {
                    weights=dict(add=0.5, sub=0.2, mul=0.1, sort=0.1, copy=0.1)),
     "chain6": dict(add=2, sub=3, mul=1, sort=5, copy=4, psum=6,
                    weights=dict(add=0.1, sub=0.1, mul=0.05, sort=0.1, copy=0.05, psum=0.6)),
+    # Answers that span several blocks (--gen-length 32, --block-size 8): digit recurrences of
+    # 30 terms from 2 given seeds, mod 10 (fib: x_i = x_{i-1} + x_{i-2}; pell: 2 x_{i-1} +
+    # x_{i-2}), counting (cnt: x_{i-1} + 1) and an 8-digit copy (dcpy, easy positions). Every
+    # term is a lookup of the one or two before it (offsets 1 and 2: learnt fast), while from
+    # the prompt alone a term k places ahead is a harder sum, so confidence falls along the
+    # chain ahead of what is unmasked and the threshold decides how far ahead the model guesses.
+    # (Not learnt in 2000-4000 steps: prefix sums and long additions whose inputs sit 17-27
+    # positions before each output; with RoPE, far fixed offsets learn slowly.)
+    "long": dict(add=2, sub=3, mul=1, sort=5, copy=4, dcpy=8, rec=30,
+                 weights=dict(fib=0.4, pell=0.2, cnt=0.15, dcpy=0.25)),
+    # Second stage (--init-from a `long` snapshot): adds sqr
+    # (x_i = x_{i-1}^2 + x_{i-2} + 3 mod 10; most seeds have period >= 30). Its terms two or
+    # more ahead are non-linear tables a tiny model only half learns, so they are guesses of
+    # middling confidence, which the threshold decides about; the linear fib/pell chains (pell
+    # has period 12) the model soon predicts far ahead.
+    "long2": dict(add=2, sub=3, mul=1, sort=5, copy=4, dcpy=8, rec=30,
+                  weights=dict(fib=0.3, sqr=0.4, pell=0.1, cnt=0.1, dcpy=0.1)),
 }
 SIZES = TASK_SETS["small"]
 
@@ -138,6 +158,36 @@ def task_copy(rng):
     return f"cpy:{s}=", s
 
 
+def task_dcpy(rng):
+    s = "".join(rng.choice("0123456789") for _ in range(SIZES["dcpy"]))
+    return f"dcp:{s}=", s
+
+
+def _recurrence(rng, tag, step):
+    a, b = rng.randrange(10), rng.randrange(10)
+    x = [a, b]
+    while len(x) < SIZES["rec"]:
+        x.append(step(x[-1], x[-2]) % 10)
+    return f"{tag}:{a}{b}=", "".join(map(str, x))
+
+
+def task_fib(rng):
+    return _recurrence(rng, "fib", lambda p, q: p + q)
+
+
+def task_pell(rng):
+    return _recurrence(rng, "pel", lambda p, q: 2 * p + q)
+
+
+def task_sqr(rng):
+    return _recurrence(rng, "sqr", lambda p, q: p * p + q + 3)
+
+
+def task_cnt(rng):
+    a = rng.randrange(10)
+    return f"cnt:{a}=", "".join(str((a + 1 + i) % 10) for i in range(SIZES["rec"]))
+
+
 def task_psum(rng):
     n = SIZES.get("psum", 6)
     d = [rng.randrange(10) for _ in range(n)]
@@ -152,7 +202,9 @@ def task_psum(rng):
 # relative offsets: with RoPE and identical [MASK] queries that is what a tiny model learns
 # fast (variable-length reversal took it thousands of steps to learn at all).
 TASK_FNS = [("add", task_add), ("sub", task_sub), ("mul", task_mul), ("sort", task_sort), ("copy", task_copy),
-           ("psum", task_psum)]
+           ("psum", task_psum),
+           ("dcpy", task_dcpy), ("fib", task_fib), ("pell", task_pell), ("cnt", task_cnt),
+           ("sqr", task_sqr)]
 TASKS = [(n, f, SIZES["weights"][n]) for n, f in TASK_FNS if n in SIZES["weights"]]
 
 
@@ -308,7 +360,8 @@ def make_batch(rng, batch):
                 m[rng.randrange(GEN_LENGTH)] = True
             w = 1.0 / t
         else:
-            bs = rng.choice([4, 8])
+            # (Gen length 8 keeps its historical choice, so the shipped tiny-llada rebuilds.)
+            bs = rng.choice([4, 8] if GEN_LENGTH == 8 else [BLOCK_SIZE, BLOCK_SIZE, 2 * BLOCK_SIZE])
             nb = GEN_LENGTH // bs
             cur = rng.randrange(nb)
             m = torch.zeros(GEN_LENGTH, dtype=torch.bool)
@@ -368,7 +421,8 @@ def train(model, args, snapshot=None):
 # ---------------------------------------------------------------------------------------
 # Reference decoding (no cache), used to report the trade-off at training time.
 @torch.no_grad()
-def decode(model, prompt, threshold, gen_length=GEN_LENGTH, block=None):
+def decode(model, prompt, threshold, gen_length=None, block=None):
+    gen_length = gen_length or GEN_LENGTH
     block = block or BLOCK_SIZE
     p = encode(prompt)
     x = torch.tensor([p + [MASK_ID] * gen_length])
@@ -572,7 +626,7 @@ def write_reference(model, path, rng, mask_id, lengths):
 
 
 def main():
-    global BLOCK_SIZE
+    global BLOCK_SIZE, GEN_LENGTH
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="models/tiny-llada")
     ap.add_argument("--fixtures", default="tests/fixtures")
@@ -600,19 +654,46 @@ def main():
     ap.add_argument("--snapshot-every", type=int, default=0,
                     help="also write the model folder every N steps to OUT/snap_<step> (bf16, no fixtures)")
     ap.add_argument("--init-from", default="", help="start from this model folder's weights (a fine-tune)")
+    ap.add_argument("--gen-length", type=int, default=GEN_LENGTH,
+                    help="output positions the model writes (recorded in config.json)")
+    ap.add_argument("--reference-name", default="llada_reference.safetensors",
+                    help="file name of the model's reference-logits fixture in --fixtures")
+    ap.add_argument("--no-dream-fixture", action="store_true",
+                    help="do not write the random Dream-layout fixture (tiny-dream/, dream_reference)")
+    ap.add_argument("--fixture-only", default="",
+                    help="write only the reference-logits fixture (--fixtures/--reference-name) of this model "
+                         "folder's weights (e.g. a --snapshot-every snapshot), then exit")
     args = ap.parse_args()
+    if args.gen_length <= 0 or args.gen_length > 128:
+        ap.error("--gen-length must be in [1, 128]")
+    if os.path.basename(args.reference_name) != args.reference_name or not args.reference_name.endswith(".safetensors"):
+        ap.error("--reference-name must be a plain file name ending in .safetensors")
+    GEN_LENGTH = args.gen_length
     if args.block_size <= 0 or GEN_LENGTH % args.block_size:
         ap.error("--block-size must divide the gen length %d" % GEN_LENGTH)
     BLOCK_SIZE = args.block_size
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     use_task_set(args.task_set)
+    check = random.Random(0)
+    for name, fn, _ in TASKS:
+        for _ in range(20):
+            p, a = fn(check)
+            if len(a) >= GEN_LENGTH or len(p) + GEN_LENGTH > 256:
+                ap.error("task %s of --task-set %s does not fit --gen-length %d" % (name, args.task_set, GEN_LENGTH))
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.fixtures, exist_ok=True)
 
     cfg = Config(d_model=args.d_model, n_layers=args.layers, n_heads=4, n_kv_heads=4,
                  mlp_hidden=3 * args.d_model, rope_theta=args.rope_theta)
     model = Model(cfg)
+    if args.fixture_only:
+        load_llada_folder(model, args.fixture_only)  # bf16 on disk: what the C++ engine loads
+        model.eval()
+        write_reference(model, os.path.join(args.fixtures, args.reference_name),
+                        random.Random(7), MASK_ID, [29, 11, 40] if GEN_LENGTH == 8 else [74, 11, 40])
+        print("wrote", os.path.join(args.fixtures, args.reference_name))
+        return
     ckpt = os.path.join(args.out, "train_state.pt")
     # Held-out set: a separate RNG stream, problems never checked against training (the task
     # space is large; duplicates are possible and harmless for the numbers).
@@ -654,8 +735,13 @@ def main():
     if not args.eval_only:
         torch.save(model.state_dict(), ckpt)
     write_model_folder(model, args.out, held)
-    write_reference(model, os.path.join(args.fixtures, "llada_reference.safetensors"),
-                    random.Random(7), MASK_ID, [29, 11, 40])
+    # (A longer first row where the gen length is longer: the positions its prompts reach.)
+    write_reference(model, os.path.join(args.fixtures, args.reference_name),
+                    random.Random(7), MASK_ID, [29, 11, 40] if GEN_LENGTH == 8 else [74, 11, 40])
+    if args.no_dream_fixture:
+        write_training_md(args)
+        print("wrote", args.out, args.fixtures)
+        return
 
     # A small random Dream-layout checkpoint: GQA (4 heads, 2 kv heads), q/k/v biases,
     # shifted logits. fp16 on disk to exercise that conversion too.
@@ -693,6 +779,11 @@ def main():
     write_reference(dream, os.path.join(args.fixtures, "dream_reference.safetensors"),
                     random.Random(8), MASK_ID, [17, 33])
 
+    write_training_md(args)
+    print("wrote", args.out, args.fixtures)
+
+
+def write_training_md(args):
     with open(os.path.join(args.out, "TRAINING.md"), "w") as f:
         f.write("# How this model was made\n\n")
         f.write("Trained by `tools/train_tiny_model.py` (masked-diffusion objective, synthetic tasks).\n\n")
@@ -701,13 +792,16 @@ def main():
                 f"--batch {args.batch} --lr {args.lr} --threads {args.threads} "
                 f"--d-model {args.d_model} --layers {args.layers} --rope-theta {args.rope_theta} "
                 f"--task-set {args.task_set} --block-size {args.block_size}" +
+                (f" --gen-length {args.gen_length}" if args.gen_length != 8 else "") +
+                (f" --reference-name {args.reference_name}"
+                 if args.reference_name != "llada_reference.safetensors" else "") +
+                (" --no-dream-fixture" if args.no_dream_fixture else "") +
                 (f" --resume {args.resume}" if args.resume else "") +
                 (f" --init-from {args.init_from}" if args.init_from else "") +
                 (f" --stop-after {args.stop_after}" if args.stop_after else "") +
                 (f" --label-smoothing {args.label_smoothing}" if args.label_smoothing else "") + "\n```\n\n")
         f.write(f"torch {torch.__version__}; tasks and weights: " +
                 ", ".join(f"{n} {w}" for n, _, w in TASKS) + "\n")
-    print("wrote", args.out, args.fixtures)
 
 
 if __name__ == "__main__":
