@@ -41,7 +41,8 @@ struct RequestState {
   int migrations = 0;
   int queued_tokens = 0;      // this request's share of its instance's next batch
 
-  // Thresholds: the one of its next step, and the cluster-wide cap from load control.
+  // Thresholds: the one of its next step, and its cap: from load control (Algorithm 2), or
+  // the threshold planned at arrival (ThresholdKind::kPlannedRescue).
   double threshold = 0.9;
   double cap = 1.0;
 

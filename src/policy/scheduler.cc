@@ -22,6 +22,7 @@ StatusOr<PolicyOptions> PolicyOptions::Named(const std::string& name) {
       {"infaas", DispatchKind::kLeastLoaded, ThresholdKind::kFixed},
       {"llumnix", DispatchKind::kLeastLoadedMigrate, ThresholdKind::kFixed},
       {"proteus", DispatchKind::kLeastLoaded, ThresholdKind::kProteus},
+      {"planned", DispatchKind::kStepLevel, ThresholdKind::kPlannedRescue},
   };
   for (const Preset& p : kPresets) {
     if (name != p.name) continue;
@@ -37,7 +38,7 @@ StatusOr<PolicyOptions> PolicyOptions::Named(const std::string& name) {
 }
 
 std::vector<std::string> PolicyOptions::Names() {
-  return {"tediserve", "fixed", "slo-aware", "caps-only", "infaas", "llumnix", "proteus"};
+  return {"tediserve", "fixed", "slo-aware", "caps-only", "infaas", "llumnix", "proteus", "planned"};
 }
 
 const char* EndKindName(EndKind k) {
@@ -90,7 +91,7 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(PolicyOptions options,
   if (options.token_budget <= 0) return InvalidArgument("cluster.token_budget: must be > 0");
   if (options.max_live_requests < 0) return InvalidArgument("policy.max_live_requests: must be >= 0");
   if (options.max_step_failures < 1) return InvalidArgument("policy.max_step_failures: must be >= 1");
-  if (options.threshold == ThresholdKind::kProteus &&
+  if (UsesProteusMix(options.threshold) &&
       (options.tokens_per_step.size() != th.size() || options.accuracy.size() != th.size())) {
     return InvalidArgument("proteus needs tokens_per_step and accuracy for every candidate threshold");
   }
@@ -174,7 +175,7 @@ double Scheduler::MeanCap() const {
 
 Seconds Scheduler::NextWakeup() const {
   Seconds t = kNever;
-  if (options_.threshold == ThresholdKind::kProteus) t = proteus_.next_period();
+  if (UsesProteusMix(options_.threshold)) t = proteus_.next_period();
   if (load_control_due_) t = std::min(t, last_load_control_ + options_.load_control_debounce);
   return t;
 }
@@ -367,9 +368,14 @@ Status Scheduler::OnArrival(const RequestSpec& spec, Seconds now, Decisions* out
   const OrderKey key = KeyOf(rs);
   order_.insert(key);
 
-  if (options_.threshold == ThresholdKind::kProteus) {
+  if (UsesProteusMix(options_.threshold)) {
     AdvanceProteus(now);
-    rs.threshold = proteus_.OnArrival(rs.spec, rs.num_blocks, rs.spec.min_threshold, rs.spec.max_threshold);
+    const double drawn = proteus_.OnArrival(rs.spec, rs.num_blocks, rs.spec.min_threshold, rs.spec.max_threshold);
+    if (options_.threshold == ThresholdKind::kProteus) {
+      rs.threshold = drawn;
+    } else {
+      rs.cap = drawn;  // the plan: Algorithm 1 may go lower, never higher
+    }
   }
   MaybeLoadControl(now);
   if (options_.dispatch == DispatchKind::kStepLevel) {
@@ -574,7 +580,7 @@ std::vector<RequestId> Scheduler::LiveIds() const {
 }
 
 Status Scheduler::OnTick(Seconds now, Decisions* out) {
-  if (options_.threshold == ThresholdKind::kProteus) AdvanceProteus(now);
+  if (UsesProteusMix(options_.threshold)) AdvanceProteus(now);
   MaybeLoadControl(now);
   DispatchWaiting(now);
   LaunchIdle(now, out);

@@ -53,7 +53,14 @@ enum class ThresholdKind {
   kCapsOnly,          // Algorithm 2 only: every step runs at its cap
   kSloAwareWithCaps,  // Algorithm 1 within Algorithm 2's caps (TeDiServe)
   kProteus,           // a periodic mix of thresholds; each request keeps the one it drew
+  kPlannedRescue,     // Proteus' mix plans each request's threshold at arrival; Algorithm 1
+                      // lowers it for a step only when the request would miss its SLO
 };
+
+// Whether the threshold kind keeps Proteus' periodic mix (drawn per request at arrival).
+inline constexpr bool UsesProteusMix(ThresholdKind k) {
+  return k == ThresholdKind::kProteus || k == ThresholdKind::kPlannedRescue;
+}
 
 struct PolicyOptions {
   std::string name = "tediserve";

@@ -648,6 +648,58 @@ TEST_F(SchedulerTest, ProteusRequestKeepsItsThreshold) {
   EXPECT_DOUBLE_EQ(s_->Find(20)->threshold, drawn);
 }
 
+TEST_F(SchedulerTest, PlannedRequestsRunAtTheirPlanWhileTheyHaveSlack) {
+  // The overload of ProteusMovesToLowerThresholdsUnderOverload: the plan mixes 0.7 and 0.6.
+  // With a loose SLO Algorithm 1 would pick 0.9; the plan caps it.
+  Make("planned", 1);
+  for (RequestId id = 0; id < 20; ++id) Arrive(Spec(id, id * 0.5, /*slo=*/1000));
+  EXPECT_DOUBLE_EQ(s_->Find(0)->cap, 0.9);  // the first period's plan: the top threshold
+  EXPECT_DOUBLE_EQ(s_->Find(0)->threshold, 0.9);
+  std::vector<Launch> out;
+  Tick(*s_, 10.0, &out);
+  int at_07 = 0, at_06 = 0;
+  for (RequestId id = 20; id < 60; ++id) {
+    Arrive(Spec(id, 10 + (id - 20) * 0.01, /*slo=*/1000));
+    const RequestState* r = s_->Find(id);
+    EXPECT_TRUE(r->cap == 0.7 || r->cap == 0.6) << r->cap;
+    at_07 += r->cap == 0.7;
+    at_06 += r->cap == 0.6;
+  }
+  EXPECT_GT(at_07, 0);
+  EXPECT_GT(at_06, at_07);  // 0.24 / 0.76 mix
+  // Every step the planned requests get runs at their plan.
+  Seconds now = 10.5;
+  int checked = 0;
+  for (int i = 0; i < 8; ++i) {
+    std::vector<StepOutcome> outcomes;
+    for (RequestId id = 0; id < 60; ++id) {
+      if (s_->Find(id) != nullptr && s_->Find(id)->in_flight) outcomes.push_back(Outcome(id));
+    }
+    out = Done(0, outcomes, now += 0.5);
+    for (const Launch& l : out) {
+      for (const StepCommand& c : l.commands) {
+        if (c.id < 20) continue;
+        EXPECT_DOUBLE_EQ(c.threshold, s_->Find(c.id)->cap) << c.id;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GE(checked, 40);
+}
+
+TEST_F(SchedulerTest, PlannedRequestAtRiskGoesBelowItsPlan) {
+  // Light load plans 0.9; a request whose SLO 0.9 cannot meet gets Algorithm 1's choice,
+  // the same as the SLO-aware policy's for the same request and cluster.
+  Make("slo-aware", 1);
+  Arrive(Spec(0, 0.0, /*slo=*/1.0));
+  const double rescue = s_->Find(0)->threshold;
+  ASSERT_LT(rescue, 0.9);
+  Make("planned", 1);
+  Arrive(Spec(0, 0.0, /*slo=*/1.0));
+  EXPECT_DOUBLE_EQ(s_->Find(0)->cap, 0.9);
+  EXPECT_DOUBLE_EQ(s_->Find(0)->threshold, rescue);
+}
+
 // A tiny event loop: arrivals, instances that finish a launch after l(tokens), and outcomes
 // that unmask 2 / 4 / 8 tokens a step by threshold. Records every launch.
 // Overloads a Proteus scheduler for one period (mix 0.2381 x 0.7 + 0.7619 x 0.6, see
@@ -976,6 +1028,8 @@ TEST(PolicyOptionsTest, NamedPresets) {
   EXPECT_EQ(PolicyOptions::Named("infaas")->dispatch, DispatchKind::kLeastLoaded);
   EXPECT_EQ(PolicyOptions::Named("llumnix")->dispatch, DispatchKind::kLeastLoadedMigrate);
   EXPECT_EQ(PolicyOptions::Named("proteus")->threshold, ThresholdKind::kProteus);
+  EXPECT_EQ(PolicyOptions::Named("planned")->threshold, ThresholdKind::kPlannedRescue);
+  EXPECT_EQ(PolicyOptions::Named("planned")->dispatch, DispatchKind::kStepLevel);
   EXPECT_EQ(PolicyOptions::Named("tediserve")->threshold, ThresholdKind::kSloAwareWithCaps);
   EXPECT_EQ(PolicyOptions::Named("caps-only")->threshold, ThresholdKind::kCapsOnly);
   StatusOr<PolicyOptions> bad = PolicyOptions::Named("fastest");

@@ -21,7 +21,8 @@ void Scheduler::ChooseThreshold(RequestState& r, Seconds now) {
       return;
     }
     case ThresholdKind::kSloAware:
-    case ThresholdKind::kSloAwareWithCaps: {
+    case ThresholdKind::kSloAwareWithCaps:
+    case ThresholdKind::kPlannedRescue: {
       const double cap = options_.threshold == ThresholdKind::kSloAware ? 1.0 : r.cap;
       PlacementCost p;
       if (r.instance >= 0) {

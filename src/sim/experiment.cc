@@ -16,6 +16,7 @@
 
 #include "sim/calibration.h"
 #include "sim/engine_denoiser.h"
+#include "sim/frontier.h"
 #include "sim/plots.h"
 #include "sim/results.h"
 #include "sim/simulator.h"
@@ -272,12 +273,17 @@ Status ParseModel(const YAML::Node& n, const std::string& base, RunConfig* rc) {
   return Status::Ok();
 }
 
+// The keys of a policy section (and of a mapping entry of `policies:`, which adds `label`).
+std::vector<std::string> PolicyKeys() {
+  return {"name", "thresholds", "fixed_threshold", "estimator", "oracle_refresh_tokens", "predictor",
+          "predictor_refresh_tokens", "predictor_async", "predictor_latency_s",
+          "load_control_debounce_s", "capacity_slo_s", "capacity_concurrency", "llumnix_margin_tokens",
+          "proteus_period_s", "proteus_headroom", "max_live_requests", "max_step_failures"};
+}
+
 Status ParsePolicy(const YAML::Node& n, const std::string& base, RunConfig* rc) {
   const std::string p = "policy";
-  RETURN_IF_ERROR(CheckKeys(n, p, {"name", "thresholds", "fixed_threshold", "estimator", "oracle_refresh_tokens", "predictor",
-                                   "predictor_refresh_tokens", "predictor_async", "predictor_latency_s",
-                                   "load_control_debounce_s", "capacity_slo_s", "capacity_concurrency", "llumnix_margin_tokens",
-                                   "proteus_period_s", "proteus_headroom", "max_live_requests", "max_step_failures"}));
+  RETURN_IF_ERROR(CheckKeys(n, p, PolicyKeys()));
   ASSIGN_OR_RETURN(std::string name, GetString(n, p, "name"));
   auto named = policy::PolicyOptions::Named(name);
   if (!named.ok()) return named.status().WithContext("policy.name");
@@ -325,7 +331,7 @@ Status ParsePolicy(const YAML::Node& n, const std::string& base, RunConfig* rc) 
 Status ParseRun(const YAML::Node& root, const std::string& base, RunConfig* rc) {
   RETURN_IF_ERROR(CheckKeys(root, "", {"name", "seed", "cluster", "model", "policy", "policies", "sweep",
                                        "workload", "slo", "periods", "output", "timeline_interval_s", "tick_s",
-                                       "truth", "faults"}));
+                                       "truth", "faults", "frontier"}));
   ASSIGN_OR_RETURN(rc->name, GetStringOr(root, "", "name", std::string("simulation")));
   int64_t seed = 1;
   if (HasField(root, "seed")) {
@@ -391,7 +397,8 @@ Status ParseRun(const YAML::Node& root, const std::string& base, RunConfig* rc) 
 // ---- Running. -----------------------------------------------------------------------------
 
 struct RunOutcome {
-  std::string policy;
+  std::string policy;  // the run's label (the policy name unless `policies:` gave one)
+  size_t point = 0;    // index of its sweep value
   std::string x;
   double x_value = 0;
   bool x_numeric = false;  // sweeps over names (e.g. policy.estimator) have no goodput
@@ -515,13 +522,15 @@ StatusOr<RunOutcome> RunOne(RunConfig rc, const ExperimentOptions& eo) {
   return out;
 }
 
-// A CSV field's inner text with quotes doubled.
-std::string QuoteCsv(const std::string& s) {
-  std::string out;
+// A CSV field: as is, or quoted with quotes doubled where it holds a comma or a quote.
+std::string CsvField(const std::string& s) {
+  if (s.find_first_of(",\"") == std::string::npos) return s;
+  std::string out = "\"";
   for (char c : s) {
     out.push_back(c);
     if (c == '"') out.push_back('"');
   }
+  out.push_back('"');
   return out;
 }
 
@@ -543,29 +552,149 @@ StatusOr<ExperimentModel> LoadExperimentModel(const std::string& config_path) {
   }
 }
 
+namespace {
+
+// Prints the frontier table of each sweep point and the target's check, and writes
+// <out_root>/frontier.csv (and frontier.png when plots are on).
+Status ReportFrontier(const std::vector<RunOutcome>& outcomes, size_t points, const std::string& sweep_key,
+                      const std::string& out_root, const std::string& target, double max_attainment_gap,
+                      double max_quality_gap) {
+  const std::string csv_path = out_root + "/frontier.csv";
+  std::ofstream csv(csv_path);
+  if (!csv) return IoError("cannot write " + csv_path);
+  csv << "x,policy,attainment,quality,dominated,dominated_by,attainment_gap,attainment_gap_by,quality_gap,"
+         "quality_gap_by\n";
+  std::printf("\nFrontier per %s (attainment gap: the most SLO attainment, in points, that a run of at least this "
+              "quality has over this one; quality gap: the most quality that a run of at least this attainment has "
+              "over it; both 0 on the frontier):\n",
+              sweep_key.empty() ? "run" : sweep_key.c_str());
+  std::printf("| %s | policy | attainment | quality | dominated by | attainment gap (pts) | quality gap |\n",
+              sweep_key.empty() ? "point" : sweep_key.c_str());
+  std::printf("|---|---|---|---|---|---|---|\n");
+  int checked = 0, passed = 0;
+  std::string failures;
+  auto gap = [](double g, const std::string& by, const char* fmt) {
+    return g > 0 ? Fmt(fmt, g) + " (" + by + ")" : std::string("0");
+  };
+  for (size_t point = 0; point < points; ++point) {
+    std::vector<const RunOutcome*> runs;
+    std::vector<FrontierPoint> fp;
+    for (const RunOutcome& o : outcomes) {
+      if (o.point != point) continue;
+      runs.push_back(&o);
+      fp.push_back({o.policy, o.overall.attainment, o.overall.quality});
+    }
+    const std::vector<FrontierVerdict> verdicts = JudgeFrontier(fp);
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const RunOutcome& o = *runs[i];
+      const FrontierVerdict& v = verdicts[i];
+      const std::string x = sweep_key.empty() ? "-" : o.x;
+      std::printf("| %s | %s | %.1f%% | %.4f | %s | %s | %s |\n", x.c_str(), o.policy.c_str(),
+                  100 * o.overall.attainment, o.overall.quality, v.dominated ? v.dominated_by.c_str() : "-",
+                  gap(100 * v.attainment_gap, v.attainment_gap_by, "%.1f").c_str(),
+                  gap(v.quality_gap, v.quality_gap_by, "%.4f").c_str());
+      csv << CsvField(x) << ',' << CsvField(o.policy) << ',' << Fmt("%.6f", o.overall.attainment) << ','
+          << Fmt("%.6f", o.overall.quality) << ',' << (v.dominated ? 1 : 0) << ',' << CsvField(v.dominated_by) << ','
+          << Fmt("%.6f", v.attainment_gap) << ',' << CsvField(v.attainment_gap_by) << ','
+          << Fmt("%.6f", v.quality_gap) << ',' << CsvField(v.quality_gap_by) << '\n';
+      if (o.policy != target) continue;
+      ++checked;
+      // A tiny tolerance: the gaps are differences of fractions of whole request counts.
+      if (v.attainment_gap <= max_attainment_gap + 1e-9 && v.quality_gap <= max_quality_gap + 1e-9) {
+        ++passed;
+      } else {
+        failures += " " + x + " (attainment gap " + gap(100 * v.attainment_gap, v.attainment_gap_by, "%.1f") +
+                    " pts, quality gap " + gap(v.quality_gap, v.quality_gap_by, "%.4f") + ");";
+      }
+    }
+  }
+  csv.close();
+  if (!csv) return IoError("cannot write " + csv_path);
+  if (!target.empty()) {
+    std::printf("\nfrontier check: %s within %.1f pts of attainment and %.4f of quality at %d of %d points%s%s\n",
+                target.c_str(), 100 * max_attainment_gap, max_quality_gap, passed, checked,
+                failures.empty() ? "" : "; off at", failures.c_str());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status RunExperiment(const ExperimentOptions& eo) {
   ASSIGN_OR_RETURN(YAML::Node root, LoadYamlFile(eo.config_path));
   const std::string base = fs::path(eo.config_path).parent_path().string();
 
   try {
-    // Policies to run and sweep values.
-    std::vector<std::string> policies;
+    // Policies to run (a name, or a mapping of policy keys over `policy:` with a label) and
+    // sweep values.
+    struct PolicyRun {
+      std::string label;
+      YAML::Node keys;  // policy keys set over the experiment's `policy:` section
+    };
+    std::vector<PolicyRun> policies;
     if (HasField(root, "policies")) {
       const YAML::Node ps = root["policies"];
       if (!ps.IsSequence() || ps.size() == 0 || ps.size() > kMaxRuns) {
-        return InvalidArgument("policies: must be a list of 1 to " + std::to_string(kMaxRuns) + " policy names");
+        return InvalidArgument("policies: must be a list of 1 to " + std::to_string(kMaxRuns) +
+                               " policy names or mappings");
       }
       for (size_t i = 0; i < ps.size(); ++i) {
-        if (!ps[i].IsScalar()) {
-          return InvalidArgument("policies[" + std::to_string(i) + "]: expected a policy name, got " + DescribeYaml(ps[i]));
+        const std::string where = "policies[" + std::to_string(i) + "]";
+        PolicyRun run;
+        if (ps[i].IsScalar()) {
+          run.label = ps[i].Scalar();
+          run.keys["name"] = ps[i].Scalar();
+        } else if (ps[i].IsMap()) {
+          std::vector<std::string> keys = PolicyKeys();
+          keys.push_back("label");
+          RETURN_IF_ERROR(CheckKeys(ps[i], where, keys));
+          ASSIGN_OR_RETURN(const std::string name, GetString(ps[i], where, "name"));
+          ASSIGN_OR_RETURN(run.label, GetStringOr(ps[i], where, "label", name));
+          if (run.label.empty() || run.label.size() > 100) {
+            return InvalidArgument(where + ".label: expected 1 to 100 characters");
+          }
+          for (const auto& kv : ps[i]) {
+            if (kv.first.Scalar() != "label") run.keys[kv.first.Scalar()] = YAML::Clone(kv.second);
+          }
+        } else {
+          return InvalidArgument(where + ": expected a policy name or a mapping with name (and label), got " +
+                                 DescribeYaml(ps[i]));
         }
-        auto named = policy::PolicyOptions::Named(ps[i].Scalar());
-        if (!named.ok()) return named.status().WithContext("policies[" + std::to_string(i) + "]");
-        policies.push_back(ps[i].Scalar());
+        auto named = policy::PolicyOptions::Named(run.keys["name"].Scalar());
+        if (!named.ok()) return named.status().WithContext(where);
+        for (const PolicyRun& other : policies) {
+          if (SafeFileName(other.label) == SafeFileName(run.label)) {
+            return InvalidArgument(where + ": label \"" + SanitizeUtf8(run.label) + "\" is used twice (" +
+                                   "give each entry its own label)");
+          }
+        }
+        policies.push_back(std::move(run));
       }
     } else {
       ASSIGN_OR_RETURN(std::string name, GetString(Field(root, "policy"), "policy", "name"));
-      policies.push_back(name);
+      PolicyRun run;
+      run.label = name;
+      run.keys["name"] = name;
+      policies.push_back(std::move(run));
+    }
+    // frontier: judge each run against every other run of its sweep point (src/sim/frontier.h),
+    // and optionally check one of them against gap limits.
+    bool frontier = false;
+    std::string frontier_target;
+    double max_attainment_gap = 0.01, max_quality_gap = 0.002;
+    if (HasField(root, "frontier")) {
+      const YAML::Node fr = root["frontier"];
+      RETURN_IF_ERROR(CheckKeys(fr, "frontier", {"target", "max_attainment_gap_points", "max_quality_gap"}));
+      frontier = true;
+      ASSIGN_OR_RETURN(frontier_target, GetStringOr(fr, "frontier", "target", std::string()));
+      if (!frontier_target.empty() &&
+          std::none_of(policies.begin(), policies.end(), [&](const PolicyRun& r) { return r.label == frontier_target; })) {
+        return InvalidArgument("frontier.target: \"" + SanitizeUtf8(frontier_target) +
+                               "\" is not the label of a run in policies:");
+      }
+      ASSIGN_OR_RETURN(const double points, GetDoubleOr(fr, "frontier", "max_attainment_gap_points", 1.0, 0, 100));
+      max_attainment_gap = points / 100;
+      ASSIGN_OR_RETURN(max_quality_gap, GetDoubleOr(fr, "frontier", "max_quality_gap", 0.002, 0, 1));
     }
     std::string sweep_key;
     std::vector<YAML::Node> sweep_values{YAML::Node()};
@@ -593,7 +722,7 @@ Status RunExperiment(const ExperimentOptions& eo) {
 
     std::vector<RunOutcome> outcomes;
     std::string out_root;
-    for (const std::string& pol : policies) {
+    for (const PolicyRun& pol : policies) {
       for (size_t vi = 0; vi < sweep_values.size(); ++vi) {
         const YAML::Node& value = sweep_values[vi];
         // A scalar value names its run; a mapping (e.g. a whole faults section) is run
@@ -610,8 +739,8 @@ Status RunExperiment(const ExperimentOptions& eo) {
         }
         YAML::Node cfg = YAML::Clone(root);
         if (!cfg["policy"]) cfg["policy"] = YAML::Node(YAML::NodeType::Map);
-        SetPath(cfg, {"policy", "name"}, 0, YAML::Node(pol));
-        std::string tag = pol;
+        for (const auto& kv : pol.keys) cfg["policy"][kv.first.Scalar()] = YAML::Clone(kv.second);
+        std::string tag = SafeFileName(pol.label);
         if (!sweep_key.empty()) {
           SetPath(cfg, SplitDots(sweep_key), 0, value);
           tag.push_back('_');
@@ -625,6 +754,8 @@ Status RunExperiment(const ExperimentOptions& eo) {
         rc.out_dir += "/" + tag;
         if (!eo.quiet) std::fprintf(stderr, "running %s ...\n", tag.c_str());
         ASSIGN_OR_RETURN(RunOutcome o, RunOne(std::move(rc), eo));
+        o.policy = pol.label;
+        o.point = vi;
         if (!sweep_key.empty()) {
           o.x = label;
           try {
@@ -675,14 +806,24 @@ Status RunExperiment(const ExperimentOptions& eo) {
     }
     std::error_code ec;
     fs::create_directories(out_root, ec);
+    if (frontier) {
+      RETURN_IF_ERROR(ReportFrontier(outcomes, sweep_values.size(), sweep_key, out_root, frontier_target,
+                                     max_attainment_gap, max_quality_gap));
+      ASSIGN_OR_RETURN(const bool plots, GetBoolOr(Field(root, "output"), "output", "plots", true));
+      ASSIGN_OR_RETURN(const std::string title, GetStringOr(root, "", "name", std::string("simulation")));
+      if (plots && eo.plots) {
+        Status s = PlotFrontier(out_root + "/frontier.csv", sweep_key.empty() ? "run" : sweep_key,
+                                out_root + "/frontier.png", title);
+        if (!s.ok() && !eo.quiet) std::fprintf(stderr, "warning: no frontier plot: %s\n", s.message().c_str());
+      }
+    }
     if (!sweep_key.empty()) {
       const std::string sweep_csv = out_root + "/sweep.csv";
       std::ofstream f(sweep_csv);
       if (!f) return IoError("cannot write " + sweep_csv);
       f << "policy,x,attainment,mean_latency_s,p50_latency_s,p99_latency_s,quality,mean_threshold\n";
       for (const RunOutcome& o : outcomes) {
-        const std::string x = o.x.find_first_of(",\"") == std::string::npos ? o.x : "\"" + QuoteCsv(o.x) + "\"";
-        f << o.policy << ',' << x << ',' << Fmt("%.6f", o.overall.attainment) << ','
+        f << CsvField(o.policy) << ',' << CsvField(o.x) << ',' << Fmt("%.6f", o.overall.attainment) << ','
           << Fmt("%.6f", o.overall.mean_latency) << ',' << Fmt("%.6f", o.overall.p50_latency) << ','
           << Fmt("%.6f", o.overall.p99_latency) << ',' << Fmt("%.6f", o.overall.quality) << ','
           << Fmt("%.6f", o.overall.mean_threshold) << '\n';
@@ -697,7 +838,8 @@ Status RunExperiment(const ExperimentOptions& eo) {
       if (numeric) {
         std::printf("\n%s (%s %s with >= 90%% SLO attainment):", smaller_is_harder ? "tightest SLO" : "goodput",
                     smaller_is_harder ? "lowest" : "highest", sweep_key.c_str());
-        for (const std::string& pol : policies) {
+        for (const PolicyRun& run : policies) {
+          const std::string& pol = run.label;
           std::string best = "none";
           double best_x = -1e300;
           for (const RunOutcome& o : outcomes) {

@@ -322,4 +322,71 @@ Status PlotSweep(const std::string& sweep_csv, const std::string& x_label, const
   return Status::Ok();
 }
 
+Status PlotFrontier(const std::string& frontier_csv, const std::string& x_label, const std::string& out_png,
+                    const std::string& title, const PlotOptions& options) {
+  if (out_png.empty()) return InvalidArgument("empty output path for the frontier plot");
+  ASSIGN_OR_RETURN(Csv csv, ReadPlotCsv(frontier_csv));
+  ASSIGN_OR_RETURN(std::vector<int> cols, Columns(csv, {"x", "policy", "attainment", "quality", "dominated"}));
+  RETURN_IF_ERROR(CheckDir(fs::path(out_png).parent_path()));
+  // Points per load value, in order of first appearance.
+  struct Run {
+    std::string policy;
+    double attainment, quality;
+    bool dominated;
+  };
+  std::vector<std::string> loads;
+  std::map<std::string, std::vector<Run>> by_load;
+  for (size_t r = 0; r < csv.rows.size(); ++r) {
+    const std::string& x = csv.rows[r].cells[cols[0]];
+    const std::string& policy = csv.rows[r].cells[cols[1]];
+    if (policy.empty())
+      return InvalidArgument(frontier_csv + ":" + std::to_string(csv.rows[r].line) + ": empty policy name");
+    ASSIGN_OR_RETURN(const double a, Number(csv, r, cols[2]));
+    ASSIGN_OR_RETURN(const double q, Number(csv, r, cols[3]));
+    ASSIGN_OR_RETURN(const double d, Number(csv, r, cols[4]));
+    if (!by_load.count(x)) loads.push_back(x);
+    by_load[x].push_back({policy, a, q, d != 0});
+  }
+  constexpr size_t kMaxPanels = 16;
+  if (loads.size() > kMaxPanels) loads.resize(kMaxPanels);
+  const int ncols = loads.size() <= 1 ? 1 : loads.size() <= 4 ? 2 : loads.size() <= 9 ? 3 : 4;
+  const int nrows = static_cast<int>((loads.size() + ncols - 1) / ncols);
+  std::ostringstream gp;
+  gp << Terminal(520 * ncols, 420 * nrows) << "set output " << Quote(out_png) << "\n";
+  gp << "set datafile missing 'NaN'\nset grid\nset key off\n";
+  gp << "set multiplot layout " << nrows << "," << ncols << " title " << Quote(title + ": SLO attainment vs quality")
+     << "\n";
+  for (size_t i = 0; i < loads.size(); ++i) {
+    // Columns: quality, attainment (%), label; frontier points filled, dominated ones open.
+    for (int dominated = 0; dominated < 2; ++dominated) {
+      gp << "$F" << i << "_" << dominated << " << EOD\n";
+      for (const Run& r : by_load[loads[i]]) {
+        if (r.dominated != (dominated == 1)) continue;
+        gp << Num(r.quality) << " " << Num(100 * r.attainment) << " \"";
+        for (char ch : r.policy) gp << (ch == '"' || ch == '\\' || static_cast<unsigned char>(ch) < 0x20 ? '_' : ch);
+        gp << "\"\n";
+      }
+      gp << "EOD\n";
+    }
+    gp << "set title " << Quote(x_label + " = " + loads[i]) << "\nset xlabel 'quality'\nset ylabel 'SLO attainment (%)'\n";
+    const auto& runs = by_load[loads[i]];
+    const bool any_front = std::any_of(runs.begin(), runs.end(), [](const Run& r) { return !r.dominated; });
+    const bool any_dom = std::any_of(runs.begin(), runs.end(), [](const Run& r) { return r.dominated; });
+    std::string cmd;
+    auto add = [&](const std::string& part) { cmd += (cmd.empty() ? "plot " : ", ") + part; };
+    if (any_front) {
+      add("$F" + std::to_string(i) + "_0 using 1:2 with points pt 7 ps 1.2 lc 1");
+      add("$F" + std::to_string(i) + "_0 using 1:2:3 with labels offset char 0.8,0.6 left font ',8' tc lt 1");
+    }
+    if (any_dom) {
+      add("$F" + std::to_string(i) + "_1 using 1:2 with points pt 6 ps 1.2 lc 8");
+      add("$F" + std::to_string(i) + "_1 using 1:2:3 with labels offset char 0.8,-0.6 left font ',8' tc lt 8");
+    }
+    gp << (cmd.empty() ? "plot [0:1] [0:1] 2 notitle" : cmd) << "\n";
+  }
+  gp << "unset multiplot\n";
+  RETURN_IF_ERROR(RunGnuplot(gp.str(), options, out_png));
+  return CheckOutput(out_png);
+}
+
 }  // namespace tediserve::sim

@@ -30,4 +30,10 @@ Status PlotTimeline(const std::string& run_dir, const std::string& title, const 
 Status PlotSweep(const std::string& sweep_csv, const std::string& x_label, const std::string& out_prefix,
                  const std::string& title, const PlotOptions& options = {});
 
+// A frontier CSV (x, policy, attainment, quality, dominated; src/sim/frontier.h) ->
+// out_png: one panel per x value (at most 16), quality against SLO attainment, each run a
+// labelled point, filled on the frontier and open where another run dominates it.
+Status PlotFrontier(const std::string& frontier_csv, const std::string& x_label, const std::string& out_png,
+                    const std::string& title, const PlotOptions& options = {});
+
 }  // namespace tediserve::sim

@@ -76,18 +76,22 @@ Status ExpectMap(const YAML::Node& node, const std::string& path) {
 
 Status CheckKeys(const YAML::Node& map, const std::string& path,
                  std::initializer_list<const char*> allowed, const std::string& what) {
+  return CheckKeys(map, path, std::vector<std::string>(allowed.begin(), allowed.end()), what);
+}
+
+Status CheckKeys(const YAML::Node& map, const std::string& path, const std::vector<std::string>& allowed,
+                 const std::string& what) {
   RETURN_IF_ERROR(ExpectMap(map, path.empty() ? "the config" : path));
   std::string unknown;
   for (const auto& kv : map) {
     const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : DescribeYaml(kv.first);
-    if (std::none_of(allowed.begin(), allowed.end(),
-                     [&](const char* a) { return key == a; })) {
+    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
       unknown += (unknown.empty() ? "\"" : ", \"") + SanitizeUtf8(key) + "\"";
     }
   }
   if (unknown.empty()) return Status::Ok();
   std::string expected;
-  for (const char* a : allowed) expected += (expected.empty() ? "" : ", ") + std::string(a);
+  for (const std::string& a : allowed) expected += (expected.empty() ? "" : ", ") + a;
   return InvalidArgument((path.empty() ? std::string("the config") : path) + ": unknown key " +
                          unknown + " (allowed" + what + ": " + expected + ")");
 }

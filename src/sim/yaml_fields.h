@@ -31,6 +31,8 @@ Status ExpectMap(const YAML::Node& node, const std::string& path);
 // `what` is added after "allowed" (e.g. " for type poisson").
 Status CheckKeys(const YAML::Node& map, const std::string& path,
                  std::initializer_list<const char*> allowed, const std::string& what = "");
+Status CheckKeys(const YAML::Node& map, const std::string& path, const std::vector<std::string>& allowed,
+                 const std::string& what = "");
 
 // Required fields ("<path>.<key>: missing" when absent).
 StatusOr<double> GetDouble(const YAML::Node& map, const std::string& path, const std::string& key,

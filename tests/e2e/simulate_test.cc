@@ -100,6 +100,43 @@ TEST_F(SimulateTest, PoliciesAndSweepMakeATable) {
   EXPECT_TRUE(fs::exists(o + "/infaas_20/summary.json"));
 }
 
+TEST_F(SimulateTest, FrontierTableJudgesLabelledPolicyVariants) {
+  const std::string o = Out("frontier");
+  const auto r = RunCli({"simulate",
+                         Write("f.yaml", SmallConfig(o, "policies: [tediserve, {label: fixed-0.9, name: fixed, "
+                                                        "fixed_threshold: 0.9}, {label: fixed-0.5, name: fixed, "
+                                                        "fixed_threshold: 0.5}]\n"
+                                                        "sweep: {key: workload.arrivals.rate, values: [10, 60]}\n"
+                                                        "frontier: {target: tediserve}\n")),
+                         "--no-plots", "--quiet"});
+  ExpectSuccess(r);
+  // Labels name the runs' folders and table rows; the overrides reached the policy.
+  for (const char* run : {"tediserve_10", "fixed-0.9_60", "fixed-0.5_10"}) {
+    EXPECT_TRUE(fs::exists(o + "/" + run + "/summary.json")) << run;
+  }
+  const auto s9 = nlohmann::json::parse(ReadFile(o + "/fixed-0.9_10/summary.json"));
+  const auto s5 = nlohmann::json::parse(ReadFile(o + "/fixed-0.5_10/summary.json"));
+  EXPECT_NEAR(s9["overall"]["mean_threshold"].get<double>(), 0.9, 1e-9);
+  EXPECT_NEAR(s5["overall"]["mean_threshold"].get<double>(), 0.5, 1e-9);
+  EXPECT_GT(s9["overall"]["quality"].get<double>(), s5["overall"]["quality"].get<double>());
+  EXPECT_THAT(r.out, HasSubstr("| fixed-0.5 | 60 |"));
+  EXPECT_THAT(r.out, HasSubstr("Frontier per workload.arrivals.rate"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("frontier check: tediserve within 1.0 pts of attainment and 0.0020 of "
+                                              "quality at [0-2] of 2 points"));
+  // frontier.csv: one row per run; at each rate the highest-quality run (0.9) is never dominated.
+  const auto rows = Lines(ReadFile(o + "/frontier.csv"));
+  ASSERT_EQ(rows.size(), 7u) << ReadFile(o + "/frontier.csv");
+  EXPECT_THAT(rows[0], HasSubstr("x,policy,attainment,quality,dominated"));
+  int checked = 0;
+  for (const std::string& row : rows) {
+    if (row.rfind("10,fixed-0.9,", 0) == 0 || row.rfind("60,fixed-0.9,", 0) == 0) {
+      EXPECT_THAT(row, ::testing::MatchesRegex("[0-9]+,fixed-0.9,[0-9.]+,[0-9.]+,0,.*")) << row;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 2);
+}
+
 TEST_F(SimulateTest, FaultsAndStepTimeErrorEndEveryRequestWithARecord) {
   const std::string o = Out("faults");
   const auto r = RunCli(
@@ -246,6 +283,16 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"HugeTokenBudget", "token_budget: 8192", "token_budget: 99999999999", "cluster.token_budget: must be <="},
         BadCase{"TooManyInstances", "nodes: 1", "nodes: 100000", "instances, more than"},
         BadCase{"SweepKeyEmptyPart", "slo: {scale: 5}", "slo: {scale: 5}\nsweep: {key: a..b, values: [1]}", "sweep.key"},
+        BadCase{"PolicyEntryWithoutName", "slo: {scale: 5}", "slo: {scale: 5}\npolicies: [{label: x}]",
+                "policies[0].name: missing"},
+        BadCase{"PolicyEntryUnknownKey", "slo: {scale: 5}",
+                "slo: {scale: 5}\npolicies: [{name: fixed, threshold: 0.7}]", "policies[0]: unknown key \"threshold\""},
+        BadCase{"PolicyLabelTwice", "slo: {scale: 5}",
+                "slo: {scale: 5}\npolicies: [{name: fixed, label: a}, {name: infaas, label: a}]", "used twice"},
+        BadCase{"FrontierTargetNotARun", "slo: {scale: 5}", "slo: {scale: 5}\nfrontier: {target: proteus}",
+                "frontier.target"},
+        BadCase{"FrontierBadGap", "slo: {scale: 5}", "slo: {scale: 5}\nfrontier: {max_quality_gap: 2}",
+                "frontier.max_quality_gap"},
         BadCase{"MissingTruthProfile", "slo: {scale: 5}", "slo: {scale: 5}\ntruth: {profile: {csv: no_truth.csv}}",
                 "no_truth.csv"}),
     [](const auto& info) { return std::string(info.param.name); });
