@@ -11,7 +11,9 @@
 # build-fuzz/corpus/TARGET, runs the target from the source tree with -timeout=5
 # -rss_limit_mb=2048 and a per-target -max_len, and prints executions and corpus size.
 # Crash inputs land in build-fuzz/findings/TARGET/ (crash-*, timeout-*, oom-*).
-# Environment: JOBS (build parallelism, default 2), FUZZ_ARGS (extra libFuzzer flags).
+# Environment: JOBS (build parallelism, default 2), FUZZ_ARGS (extra libFuzzer flags),
+# NO_BUILD=1 (use build-fuzz as it is: for several targets fuzzed side by side while the
+# sources change).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -61,6 +63,10 @@ extra_seeds() {
 }
 
 build() {
+  if [[ ${NO_BUILD:-0} == 1 ]]; then
+    [[ -d $BUILD/fuzz ]] || { echo "NO_BUILD=1 but $BUILD/fuzz does not exist" >&2; exit 2; }
+    return
+  fi
   if [[ ! -f $BUILD/build.ninja ]]; then
     CC=clang CXX=clang++ cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g -DNDEBUG" -DTEDI_FUZZ=ON >/dev/null
