@@ -116,6 +116,13 @@ TASK_SETS = {
     # has period 12) the model soon predicts far ahead.
     "long2": dict(add=2, sub=3, mul=1, sort=5, copy=4, dcpy=8, rec=30,
                   weights=dict(fib=0.3, sqr=0.4, pell=0.1, cnt=0.1, dcpy=0.1)),
+    # A curriculum on one offset (gen 32): first a 16-digit copy (input digit i 17 positions
+    # before output i), then a 16-digit prefix-sum chain from it, whose every digit needs that
+    # same input digit plus the output before it.
+    "dcpy16": dict(add=2, sub=3, mul=1, sort=5, copy=16, dcpy=16,
+                   weights=dict(dcpy=0.8, copy=0.2)),
+    "psum16": dict(add=2, sub=3, mul=1, sort=5, copy=16, dcpy=16, psum=16,
+                   weights=dict(psum=0.6, dcpy=0.2, copy=0.2)),
 }
 SIZES = TASK_SETS["small"]
 
