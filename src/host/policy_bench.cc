@@ -245,5 +245,7 @@ int main(int argc, char** argv) {
   BenchDispatch("tediserve", "tediserve, all at block ends", 1.0, 500, cycles, true);
   BenchDispatch("infaas", "infaas", 1.0, 500, cycles);
   BenchDispatch("llumnix", "llumnix", 1.0, 500, cycles);
+  // Its per-event work: Algorithm 1 per step under the planned cap, Proteus' mix per period.
+  BenchDispatch("planned", "planned (plan at arrival + Alg 1)", 1.0, 500, cycles);
   return 0;
 }
