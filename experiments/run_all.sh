@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every simulated experiment of docs/experiments.md (about 5 minutes on one core).
+# Runs every simulated experiment of docs/experiments.md (about 5 minutes on one core), and
+# with --frontier also the frontier experiments (frontier_*.yaml: about 40 minutes more).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build/tediserve}
@@ -7,3 +8,9 @@ for e in e1_realworld e2_gsm8k_rps e2_gsm8k_slo e3_ablation e4_predictor e5_inpu
   echo "== $e"
   "$BIN" simulate "experiments/$e.yaml" --quiet
 done
+if [[ ${1:-} == --frontier ]]; then
+  for e in frontier_e2 frontier_e3 frontier_e1 frontier_e5_input frontier_e5_output; do
+    echo "== $e"
+    "$BIN" simulate "experiments/$e.yaml" --quiet
+  done
+fi
