@@ -93,7 +93,7 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(PolicyOptions options,
   if (options.max_step_failures < 1) return InvalidArgument("policy.max_step_failures: must be >= 1");
   if (UsesProteusMix(options.threshold) &&
       (options.tokens_per_step.size() != th.size() || options.accuracy.size() != th.size())) {
-    return InvalidArgument("proteus needs tokens_per_step and accuracy for every candidate threshold");
+    return InvalidArgument("proteus and planned need tokens_per_step and accuracy for every candidate threshold");
   }
   if (profile == nullptr || estimator == nullptr) return InvalidArgument("scheduler needs a profile and an estimator");
   std::unique_ptr<Scheduler> s(new Scheduler(std::move(options), profile, estimator));

@@ -806,14 +806,16 @@ Status RunExperiment(const ExperimentOptions& eo) {
     }
     std::error_code ec;
     fs::create_directories(out_root, ec);
+    // Experiment-wide plots (sweep, frontier): on unless output.plots or --no-plots says no.
+    ASSIGN_OR_RETURN(const bool output_plots, GetBoolOr(Field(root, "output"), "output", "plots", true));
+    const bool experiment_plots = output_plots && eo.plots;
+    ASSIGN_OR_RETURN(const std::string exp_name, GetStringOr(root, "", "name", ""));
     if (frontier) {
       RETURN_IF_ERROR(ReportFrontier(outcomes, sweep_values.size(), sweep_key, out_root, frontier_target,
                                      max_attainment_gap, max_quality_gap));
-      ASSIGN_OR_RETURN(const bool plots, GetBoolOr(Field(root, "output"), "output", "plots", true));
-      ASSIGN_OR_RETURN(const std::string title, GetStringOr(root, "", "name", std::string("simulation")));
-      if (plots && eo.plots) {
+      if (experiment_plots) {
         Status s = PlotFrontier(out_root + "/frontier.csv", sweep_key.empty() ? "run" : sweep_key,
-                                out_root + "/frontier.png", title);
+                                out_root + "/frontier.png", exp_name);
         if (!s.ok() && !eo.quiet) std::fprintf(stderr, "warning: no frontier plot: %s\n", s.message().c_str());
       }
     }
@@ -853,9 +855,7 @@ Status RunExperiment(const ExperimentOptions& eo) {
         }
         std::printf("\n");
       }
-      ASSIGN_OR_RETURN(const bool sweep_plots, GetBoolOr(Field(root, "output"), "output", "plots", true));
-      ASSIGN_OR_RETURN(const std::string exp_name, GetStringOr(root, "", "name", ""));
-      if (numeric && eo.plots && sweep_plots) {
+      if (numeric && experiment_plots) {
         Status s = PlotSweep(sweep_csv, sweep_key, out_root + "/sweep", exp_name);
         if (!s.ok() && !eo.quiet) std::fprintf(stderr, "warning: no sweep plots: %s\n", s.message().c_str());
       }
