@@ -123,6 +123,23 @@ TASK_SETS = {
                    weights=dict(dcpy=0.8, copy=0.2)),
     "psum16": dict(add=2, sub=3, mul=1, sort=5, copy=16, dcpy=16, psum=16,
                    weights=dict(psum=0.6, dcpy=0.2, copy=0.2)),
+    # Lagged digit sequences (gen 32, block 8): the prompt holds 8 random seed digits right
+    # before the answer (no separator), and term i of the sequence reads only terms i-1 and
+    # i-8, so every input sits at offset 1 or 8 (short: learnt fast), and the 10^8 seeds
+    # cannot be memorised. With block 8, term i-8 is always in the block before (known when
+    # the block is decoded); term i-1 is in the same block. lag: x_i = x_{i-1} + x_{i-8}: a
+    # term k places past the last known one is a sum of k + 1 digits, so confidence falls
+    # along the block (the hard chain). cry: x_i = x_{i-8} + [x_{i-1} >= 5]: a carry that is
+    # known ahead unless the term before is a 4 or a 9 waiting on its own carry (a mix of
+    # easy positions and short uncertain chains). rep: x_i = x_{i-8} (easy: one step a block).
+    "lag": dict(add=2, sub=3, mul=1, sort=5, copy=4, lag=8, rec=31,
+                weights=dict(lag=0.4, cry=0.4, rep=0.2)),
+    # Second stage (--init-from a `lag` model; lag's two-digit sum mod 10 was not learnt in
+    # 4000 steps, cry and rep were): par: x_i = x_{i-8} + (x_{i-1} mod 2), a parity chain
+    # whose term k places past the last known one needs k compositions (a prefix xor), so a
+    # 4-layer model's confidence falls along the block.
+    "lag2": dict(add=2, sub=3, mul=1, sort=5, copy=4, lag=8, rec=31,
+                 weights=dict(par=0.6, cry=0.25, rep=0.15)),
 }
 SIZES = TASK_SETS["small"]
 
@@ -205,13 +222,38 @@ def task_psum(rng):
     return "sum:" + "".join(map(str, d)) + "=", out
 
 
+def _lagged(rng, tag, step):
+    x = [rng.randrange(10) for _ in range(SIZES["lag"])]
+    n = len(x)
+    while len(x) < n + SIZES["rec"]:
+        x.append(step(x[-1], x[-n]) % 10)
+    return f"{tag}:" + "".join(map(str, x[:n])), "".join(map(str, x[n:]))
+
+
+def task_lag(rng):
+    return _lagged(rng, "lag", lambda prev, back: prev + back)
+
+
+def task_cry(rng):
+    return _lagged(rng, "cry", lambda prev, back: back + (prev >= 5))
+
+
+def task_par(rng):
+    return _lagged(rng, "par", lambda prev, back: back + prev % 2)
+
+
+def task_rep(rng):
+    return _lagged(rng, "rep", lambda prev, back: back)
+
+
 # Every task has a fixed prompt layout, so each output position finds its inputs at fixed
 # relative offsets: with RoPE and identical [MASK] queries that is what a tiny model learns
 # fast (variable-length reversal took it thousands of steps to learn at all).
 TASK_FNS = [("add", task_add), ("sub", task_sub), ("mul", task_mul), ("sort", task_sort), ("copy", task_copy),
            ("psum", task_psum),
            ("dcpy", task_dcpy), ("fib", task_fib), ("pell", task_pell), ("cnt", task_cnt),
-           ("sqr", task_sqr)]
+           ("sqr", task_sqr), ("lag", task_lag), ("cry", task_cry), ("rep", task_rep),
+           ("par", task_par)]
 TASKS = [(n, f, SIZES["weights"][n]) for n, f in TASK_FNS if n in SIZES["weights"]]
 
 

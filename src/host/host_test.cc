@@ -261,7 +261,7 @@ TEST(HostRunTest, InvariantsOverAWholeRun) {
 
 TEST(HostTest, ValidatesRequestsAndDefaultsTheirSlo) {
   const LatencyProfile profile = LinearProfile();
-  HostOptions o = Options("tediserve", 1);
+  HostOptions o = Options("tediserve-paper", 1);
   o.slo_scale = 5;
   auto h = Host::Create(o, &profile);
   ASSERT_TRUE(h.ok()) << h.status().ToString();
@@ -280,14 +280,14 @@ TEST(HostTest, ValidatesRequestsAndDefaultsTheirSlo) {
   EXPECT_EQ((*h)->Submit(Spec(0, 0.1), 0.1).code(), StatusCode::kAlreadyExists);
 
   // Without any default, a request without an SLO is refused.
-  auto h2 = Host::Create(Options("tediserve", 1), &profile);
+  auto h2 = Host::Create(Options("tediserve-paper", 1), &profile);
   ASSERT_TRUE(h2.ok());
   EXPECT_THAT((*h2)->Submit(no_slo, 0).message(), HasSubstr("no SLO"));
 }
 
 TEST(HostTest, EveryRequestLeavesWithARecordWhateverHappens) {
   const LatencyProfile profile = LinearProfile();
-  HostOptions o = Options("tediserve", 2);
+  HostOptions o = Options("tediserve-paper", 2);
   o.policy.max_live_requests = 3;
   auto made = Host::Create(o, &profile);
   ASSERT_TRUE(made.ok());

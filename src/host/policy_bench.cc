@@ -152,7 +152,7 @@ class Driver {
 
 // (a) Algorithm 2 through the scheduler (ordering + ComputeCaps) and ComputeCaps alone.
 void BenchLoadControl(int repeats) {
-  Driver d(*PolicyOptions::Named("tediserve"), kRequests, 8192);
+  Driver d(*PolicyOptions::Named("tediserve-paper"), kRequests, 8192);
   Scheduler& s = d.mutable_scheduler();
   std::vector<double> t;
   for (int i = 0; i < repeats; ++i) {
@@ -240,12 +240,12 @@ int main(int argc, char** argv) {
   const int cycles = quick ? 500 : 5000;
   std::printf("policy_bench: %d instances, %d requests, %zu thresholds\n", kInstances, kRequests, kTh.size());
   BenchLoadControl(repeats);
-  BenchDispatch("tediserve", "tediserve (debounce 1 s)", 1.0, 500, cycles);
-  BenchDispatch("tediserve", "tediserve + Alg 2 every call", 0.0, 500, cycles);
-  BenchDispatch("tediserve", "tediserve, all at block ends", 1.0, 500, cycles, true);
+  BenchDispatch("tediserve-paper", "tediserve-paper (debounce 1 s)", 1.0, 500, cycles);
+  BenchDispatch("tediserve-paper", "tediserve-paper + Alg 2 every call", 0.0, 500, cycles);
+  BenchDispatch("tediserve-paper", "tediserve-paper, all at block ends", 1.0, 500, cycles, true);
   BenchDispatch("infaas", "infaas", 1.0, 500, cycles);
   BenchDispatch("llumnix", "llumnix", 1.0, 500, cycles);
   // Its per-event work: Algorithm 1 per step under the planned cap, Proteus' mix per period.
-  BenchDispatch("planned", "planned (plan at arrival + Alg 1)", 1.0, 500, cycles);
+  BenchDispatch("tediserve", "tediserve (plan at arrival + Alg 1)", 1.0, 500, cycles);
   return 0;
 }

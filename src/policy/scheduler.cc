@@ -15,14 +15,14 @@ StatusOr<PolicyOptions> PolicyOptions::Named(const std::string& name) {
     ThresholdKind threshold;
   };
   static constexpr Preset kPresets[] = {
-      {"tediserve", DispatchKind::kStepLevel, ThresholdKind::kSloAwareWithCaps},
+      {"tediserve", DispatchKind::kStepLevel, ThresholdKind::kPlannedRescue},
+      {"tediserve-paper", DispatchKind::kStepLevel, ThresholdKind::kSloAwareWithCaps},
       {"fixed", DispatchKind::kStepLevel, ThresholdKind::kFixed},
       {"slo-aware", DispatchKind::kStepLevel, ThresholdKind::kSloAware},
       {"caps-only", DispatchKind::kStepLevel, ThresholdKind::kCapsOnly},
       {"infaas", DispatchKind::kLeastLoaded, ThresholdKind::kFixed},
       {"llumnix", DispatchKind::kLeastLoadedMigrate, ThresholdKind::kFixed},
       {"proteus", DispatchKind::kLeastLoaded, ThresholdKind::kProteus},
-      {"planned", DispatchKind::kStepLevel, ThresholdKind::kPlannedRescue},
   };
   for (const Preset& p : kPresets) {
     if (name != p.name) continue;
@@ -38,7 +38,7 @@ StatusOr<PolicyOptions> PolicyOptions::Named(const std::string& name) {
 }
 
 std::vector<std::string> PolicyOptions::Names() {
-  return {"tediserve", "fixed", "slo-aware", "caps-only", "infaas", "llumnix", "proteus", "planned"};
+  return {"tediserve", "tediserve-paper", "fixed", "slo-aware", "caps-only", "infaas", "llumnix", "proteus"};
 }
 
 const char* EndKindName(EndKind k) {
@@ -93,7 +93,7 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(PolicyOptions options,
   if (options.max_step_failures < 1) return InvalidArgument("policy.max_step_failures: must be >= 1");
   if (UsesProteusMix(options.threshold) &&
       (options.tokens_per_step.size() != th.size() || options.accuracy.size() != th.size())) {
-    return InvalidArgument("proteus and planned need tokens_per_step and accuracy for every candidate threshold");
+    return InvalidArgument("proteus and tediserve need tokens_per_step and accuracy for every candidate threshold");
   }
   if (profile == nullptr || estimator == nullptr) return InvalidArgument("scheduler needs a profile and an estimator");
   std::unique_ptr<Scheduler> s(new Scheduler(std::move(options), profile, estimator));

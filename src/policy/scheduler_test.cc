@@ -131,7 +131,7 @@ class SchedulerTest : public ::testing::Test {
 };
 
 TEST_F(SchedulerTest, LaunchesAStepOnArrival) {
-  Make("tediserve", 1);
+  Make("tediserve-paper", 1);
   const std::vector<Launch> out = Arrive(Spec(0, 0));
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].instance, 0);
@@ -145,7 +145,7 @@ TEST_F(SchedulerTest, LaunchesAStepOnArrival) {
 }
 
 TEST_F(SchedulerTest, StepLevelSendsNewRequestToIdleInstance) {
-  Make("tediserve", 2);
+  Make("tediserve-paper", 2);
   Arrive(Spec(0, 0));
   EXPECT_EQ(Where(0), 0);
   const std::vector<Launch> out = Arrive(Spec(1, 0.001));
@@ -155,7 +155,7 @@ TEST_F(SchedulerTest, StepLevelSendsNewRequestToIdleInstance) {
 }
 
 TEST_F(SchedulerTest, StepLevelPicksEarliestCompletionAmongBusyInstances) {
-  Make("tediserve", 2);
+  Make("tediserve-paper", 2);
   Arrive(Spec(0, 0));                      // instance 0: 356 tokens, busy until 0.0356
   Arrive(Spec(1, 0, 10, /*prompt=*/1000));  // instance 1: 1256 tokens, busy until 0.1256
   // Request 2 on 0 finishes its next step at 0.0356 + l(712) = 0.1068, on 1 at
@@ -166,7 +166,7 @@ TEST_F(SchedulerTest, StepLevelPicksEarliestCompletionAmongBusyInstances) {
 }
 
 TEST_F(SchedulerTest, CachedRequestNeverMigratesMidBlock) {
-  Make("tediserve", 2);
+  Make("tediserve-paper", 2);
   Arrive(Spec(0, 0));  // -> 0
   Arrive(Spec(1, 0));  // -> 1
   Arrive(Spec(2, 0));  // both busy, tie -> 0
@@ -195,7 +195,7 @@ TEST_F(SchedulerTest, CachedRequestNeverMigratesMidBlock) {
 }
 
 TEST_F(SchedulerTest, MigratesAtBlockBoundaryWhenStrictlyBetter) {
-  Make("tediserve", 2);
+  Make("tediserve-paper", 2);
   Arrive(Spec(0, 0));
   Arrive(Spec(1, 0));
   Arrive(Spec(2, 0));
@@ -220,7 +220,7 @@ TEST_F(SchedulerTest, MigratesAtBlockBoundaryWhenStrictlyBetter) {
 }
 
 TEST_F(SchedulerTest, BlockBoundaryStaysWhenNotStrictlyBetter) {
-  Make("tediserve", 2);
+  Make("tediserve-paper", 2);
   Arrive(Spec(0, 0));
   // Alone on 0 at a block boundary; instance 1 is idle too: equal, so no move.
   std::vector<Launch> out = Done(0, {Outcome(0, true)}, 0.0356);
@@ -309,7 +309,7 @@ TEST_F(SchedulerTest, TokenBudgetCapsALaunch) {
 }
 
 TEST_F(SchedulerTest, StepLevelRequestWaitsUntilItFitsTheBudget) {
-  Make("tediserve", 1, [](PolicyOptions& o) { o.token_budget = 380; });
+  Make("tediserve-paper", 1, [](PolicyOptions& o) { o.token_budget = 380; });
   Arrive(Spec(0, 0));
   EXPECT_TRUE(Arrive(Spec(1, 0)).empty());
   EXPECT_EQ(Where(1), -1);
@@ -326,14 +326,14 @@ TEST_F(SchedulerTest, StepLevelRequestWaitsUntilItFitsTheBudget) {
 }
 
 TEST_F(SchedulerTest, OversizedRequestRunsAloneOnEmptyInstance) {
-  Make("tediserve", 1, [](PolicyOptions& o) { o.token_budget = 200; });
+  Make("tediserve-paper", 1, [](PolicyOptions& o) { o.token_budget = 200; });
   std::vector<Launch> out = Arrive(Spec(0, 0));  // 356 > 200, but the instance is empty
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].tokens, 356);
 }
 
 TEST_F(SchedulerTest, DoneRequestsLeave) {
-  Make("tediserve", 1);
+  Make("tediserve-paper", 1);
   Arrive(Spec(0, 0));
   Arrive(Spec(1, 0));
   ASSERT_EQ(s_->live(), 2u);
@@ -357,7 +357,7 @@ TEST_F(SchedulerTest, DoneRequestsLeave) {
 }
 
 TEST_F(SchedulerTest, LastBlockDoneEndsTheRequest) {
-  Make("tediserve", 1);
+  Make("tediserve-paper", 1);
   Arrive(Spec(0, 0, 10, 100, /*output=*/64));  // 2 blocks
   Done(0, {Outcome(0, true)}, 0.1);
   ASSERT_NE(s_->Find(0), nullptr);
@@ -385,7 +385,7 @@ TEST_F(SchedulerTest, SloAwareLowersThresholdForTightDeadline) {
   // Alone on an idle instance: recompute l(356) = 0.0356 s, cache l(32) = 0.01 s, 8 blocks.
   // est(0.9) = 8 x 0.0356 + 120 x 0.01 = 1.4848, est(0.8) = 1.2288, est(0.7) = 1.0048,
   // est(0.6) = 0.8448, est(0.5) = 0.5248.
-  for (const char* policy : {"slo-aware", "tediserve"}) {
+  for (const char* policy : {"slo-aware", "tediserve-paper"}) {
     SCOPED_TRACE(policy);
     Make(policy, 2);
     std::vector<Launch> out = Arrive(Spec(0, 0, /*slo=*/10));
@@ -448,7 +448,7 @@ class CountingEstimator : public PerBlockEstimator {
 TEST(SchedulerSloTest, OneBatchedPredictionPerStep) {
   const LatencyProfile profile = LinearProfile();
   CountingEstimator estimator;
-  auto made = Scheduler::Create(*PolicyOptions::Named("tediserve"), &profile, &estimator, {{0, 1}});
+  auto made = Scheduler::Create(*PolicyOptions::Named("tediserve-paper"), &profile, &estimator, {{0, 1}});
   ASSERT_TRUE(made.ok());
   Scheduler& s = **made;
   std::vector<Launch> out;
@@ -466,7 +466,7 @@ TEST(SchedulerSloTest, OneBatchedPredictionPerStep) {
 TEST(SchedulerSloTest, AsyncPredictionsGoOutAndComeBackWithStepsCountedOff) {
   const LatencyProfile profile = LinearProfile();
   CountingEstimator estimator;
-  PolicyOptions o = *PolicyOptions::Named("tediserve");
+  PolicyOptions o = *PolicyOptions::Named("tediserve-paper");
   o.async_predictions = true;
   auto made = Scheduler::Create(o, &profile, &estimator, {{0, 1}});
   ASSERT_TRUE(made.ok());
@@ -502,7 +502,7 @@ TEST(SchedulerSloTest, AsyncPredictionsGoOutAndComeBackWithStepsCountedOff) {
 }
 
 TEST_F(SchedulerTest, CapsLowerUnderOverload) {
-  for (const char* policy : {"caps-only", "tediserve"}) {
+  for (const char* policy : {"caps-only", "tediserve-paper"}) {
     SCOPED_TRACE(policy);
     // One instance: W = 2 s x 10000 tokens/s = 20000 tokens; ten requests need 36160 tokens
     // even at 0.5.
@@ -525,7 +525,7 @@ TEST_F(SchedulerTest, CapsLowerUnderOverload) {
 }
 
 TEST_F(SchedulerTest, CapsStayTopUnderLightLoad) {
-  for (const char* policy : {"caps-only", "tediserve"}) {
+  for (const char* policy : {"caps-only", "tediserve-paper"}) {
     SCOPED_TRACE(policy);
     Make(policy, 1);
     Arrive(Spec(0, 0, /*slo=*/2));  // 6688 tokens <= 20000
@@ -571,14 +571,14 @@ TEST_F(SchedulerTest, CapacityFromTheBlockPatternOfTheMeanRequest) {
   // tau_1 for 2 requests side by side doing the block pattern of the mean sequence (356):
   // one recompute step of 712 tokens (0.0712 s on the linear profile), then B / T_0.9 - 1
   // cache steps of 64 tokens (the 0.01 s floor each).
-  Make("tediserve", 2, [](PolicyOptions& o) { o.capacity_concurrency = 2; });
+  Make("tediserve-paper", 2, [](PolicyOptions& o) { o.capacity_concurrency = 2; });
   Arrive(Spec(0, 0.0));
   const double cache_steps = 32 / kTokensPerStep[0] - 1;
   const double tau = 2 * (356 + cache_steps * 32) / (0.0712 + cache_steps * 0.01);
   EXPECT_NEAR(s_->CapacityTokensPerSecond(1), tau, 1e-6 * tau);
   EXPECT_NEAR(s_->CapacityTokens(3.0), 3.0 * 2 * tau, 1e-6 * tau);  // two TP1 instances
   // Side by side beats alone: the per-step floor is shared.
-  Make("tediserve", 2, [](PolicyOptions& o) { o.capacity_concurrency = 1; });
+  Make("tediserve-paper", 2, [](PolicyOptions& o) { o.capacity_concurrency = 1; });
   Arrive(Spec(0, 0.0));
   EXPECT_LT(s_->CapacityTokensPerSecond(1), tau);
 }
@@ -651,7 +651,7 @@ TEST_F(SchedulerTest, ProteusRequestKeepsItsThreshold) {
 TEST_F(SchedulerTest, PlannedRequestsRunAtTheirPlanWhileTheyHaveSlack) {
   // The overload of ProteusMovesToLowerThresholdsUnderOverload: the plan mixes 0.7 and 0.6.
   // With a loose SLO Algorithm 1 would pick 0.9; the plan caps it.
-  Make("planned", 1);
+  Make("tediserve", 1);
   for (RequestId id = 0; id < 20; ++id) Arrive(Spec(id, id * 0.5, /*slo=*/1000));
   EXPECT_DOUBLE_EQ(s_->Find(0)->cap, 0.9);  // the first period's plan: the top threshold
   EXPECT_DOUBLE_EQ(s_->Find(0)->threshold, 0.9);
@@ -694,7 +694,7 @@ TEST_F(SchedulerTest, PlannedRequestAtRiskGoesBelowItsPlan) {
   Arrive(Spec(0, 0.0, /*slo=*/1.0));
   const double rescue = s_->Find(0)->threshold;
   ASSERT_LT(rescue, 0.9);
-  Make("planned", 1);
+  Make("tediserve", 1);
   Arrive(Spec(0, 0.0, /*slo=*/1.0));
   EXPECT_DOUBLE_EQ(s_->Find(0)->cap, 0.9);
   EXPECT_DOUBLE_EQ(s_->Find(0)->threshold, rescue);
@@ -799,7 +799,7 @@ class ClusterEventTest : public SchedulerTest {
 };
 
 TEST_F(ClusterEventTest, BadEventsAreErrorsAndChangeNothing) {
-  Make("tediserve", 2);
+  Make("tediserve-paper", 2);
   Decisions d;
   ASSERT_TRUE(s_->OnArrival(Spec(0, 0), 0, &d).ok());
   ASSERT_EQ(d.batches.size(), 1u);
@@ -837,7 +837,7 @@ TEST_F(ClusterEventTest, BadEventsAreErrorsAndChangeNothing) {
 }
 
 TEST_F(ClusterEventTest, ResultOfALostBatchIsRefused) {
-  Make("tediserve", 2);
+  Make("tediserve-paper", 2);
   Decisions d;
   ASSERT_TRUE(s_->OnArrival(Spec(0, 0), 0, &d).ok());
   const BatchId b = d.batches.at(0).id;
@@ -854,7 +854,7 @@ TEST_F(ClusterEventTest, ResultOfALostBatchIsRefused) {
 }
 
 TEST_F(ClusterEventTest, RequestWhoseInstanceFailedMidBlockRecomputesNext) {
-  Make("tediserve", 2);
+  Make("tediserve-paper", 2);
   Decisions d;
   ASSERT_TRUE(s_->OnArrival(Spec(0, 0), 0, &d).ok());
   const InstanceId first = d.batches.at(0).instance;
@@ -878,7 +878,7 @@ TEST_F(ClusterEventTest, RequestWhoseInstanceFailedMidBlockRecomputesNext) {
 }
 
 TEST_F(ClusterEventTest, FailedBatchKeepsPlaceButRecomputes) {
-  Make("tediserve", 1);
+  Make("tediserve-paper", 1);
   Decisions d;
   ASSERT_TRUE(s_->OnArrival(Spec(0, 0), 0, &d).ok());
   d = Complete(0, 0.04);
@@ -894,7 +894,7 @@ TEST_F(ClusterEventTest, FailedBatchKeepsPlaceButRecomputes) {
 }
 
 TEST_F(ClusterEventTest, TooManyFailuresAbortTheRequestWithAReason) {
-  Make("tediserve", 1, [](PolicyOptions& o) { o.max_step_failures = 2; });
+  Make("tediserve-paper", 1, [](PolicyOptions& o) { o.max_step_failures = 2; });
   Decisions d;
   ASSERT_TRUE(s_->OnArrival(Spec(0, 0), 0, &d).ok());
   ASSERT_TRUE(s_->OnBatchFailed(d.batches.at(0).id, 0.01, &d).ok());
@@ -908,7 +908,7 @@ TEST_F(ClusterEventTest, TooManyFailuresAbortTheRequestWithAReason) {
 }
 
 TEST_F(ClusterEventTest, DrainingInstanceTakesNoNewWorkAndReportsIdleOnce) {
-  Make("tediserve", 2);
+  Make("tediserve-paper", 2);
   Decisions d;
   ASSERT_TRUE(s_->OnArrival(Spec(0, 0), 0, &d).ok());
   const InstanceId busy = d.batches.at(0).instance;
@@ -940,7 +940,7 @@ TEST_F(ClusterEventTest, DrainingInstanceTakesNoNewWorkAndReportsIdleOnce) {
 }
 
 TEST_F(ClusterEventTest, RequestsWaitWhenNoInstanceAcceptsAndRunWhenOneJoins) {
-  for (const std::string policy : {"tediserve", "infaas"}) {
+  for (const std::string policy : {"tediserve-paper", "infaas"}) {
     SCOPED_TRACE(policy);
     Make(policy, 1);
     Decisions d;
@@ -958,7 +958,7 @@ TEST_F(ClusterEventTest, RequestsWaitWhenNoInstanceAcceptsAndRunWhenOneJoins) {
 }
 
 TEST_F(ClusterEventTest, CancelledRequestLeavesAndItsBatchMayOmitIt) {
-  Make("tediserve", 1);
+  Make("tediserve-paper", 1);
   Decisions d;
   ASSERT_TRUE(s_->OnArrival(Spec(0, 0), 0, &d).ok());
   ASSERT_TRUE(s_->OnArrival(Spec(1, 0), 0, &d).ok());
@@ -980,7 +980,7 @@ TEST_F(ClusterEventTest, CancelledRequestLeavesAndItsBatchMayOmitIt) {
 }
 
 TEST_F(ClusterEventTest, AdmissionLimitRejectsWithResourceExhausted) {
-  Make("tediserve", 1, [](PolicyOptions& o) { o.max_live_requests = 1; });
+  Make("tediserve-paper", 1, [](PolicyOptions& o) { o.max_live_requests = 1; });
   Decisions d;
   ASSERT_TRUE(s_->OnArrival(Spec(0, 0), 0, &d).ok());
   ASSERT_TRUE(s_->OnArrival(Spec(1, 0), 0, &d).ok());
@@ -994,7 +994,7 @@ TEST_F(ClusterEventTest, AdmissionLimitRejectsWithResourceExhausted) {
 TEST_F(ClusterEventTest, NextWakeupIsTheDebouncedLoadControlOrTheProteusPeriod) {
   Make("fixed", 1);
   EXPECT_EQ(s_->NextWakeup(), kNever);
-  Make("tediserve", 1);
+  Make("tediserve-paper", 1);
   Decisions d;
   ASSERT_TRUE(s_->OnArrival(Spec(0, 0.2), 0.2, &d).ok());  // load control runs now
   EXPECT_EQ(s_->NextWakeup(), kNever);
@@ -1028,14 +1028,14 @@ TEST(PolicyOptionsTest, NamedPresets) {
   EXPECT_EQ(PolicyOptions::Named("infaas")->dispatch, DispatchKind::kLeastLoaded);
   EXPECT_EQ(PolicyOptions::Named("llumnix")->dispatch, DispatchKind::kLeastLoadedMigrate);
   EXPECT_EQ(PolicyOptions::Named("proteus")->threshold, ThresholdKind::kProteus);
-  EXPECT_EQ(PolicyOptions::Named("planned")->threshold, ThresholdKind::kPlannedRescue);
-  EXPECT_EQ(PolicyOptions::Named("planned")->dispatch, DispatchKind::kStepLevel);
-  EXPECT_EQ(PolicyOptions::Named("tediserve")->threshold, ThresholdKind::kSloAwareWithCaps);
+  EXPECT_EQ(PolicyOptions::Named("tediserve")->threshold, ThresholdKind::kPlannedRescue);
+  EXPECT_EQ(PolicyOptions::Named("tediserve")->dispatch, DispatchKind::kStepLevel);
+  EXPECT_EQ(PolicyOptions::Named("tediserve-paper")->threshold, ThresholdKind::kSloAwareWithCaps);
   EXPECT_EQ(PolicyOptions::Named("caps-only")->threshold, ThresholdKind::kCapsOnly);
   StatusOr<PolicyOptions> bad = PolicyOptions::Named("fastest");
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("unknown policy \"fastest\""));
-  EXPECT_THAT(bad.status().message(), HasSubstr("tediserve"));
+  EXPECT_THAT(bad.status().message(), HasSubstr("tediserve-paper"));
 }
 
 }  // namespace

@@ -82,7 +82,7 @@ class SimulatorTest : public ::testing::Test {
 
 TEST_F(SimulatorTest, FaultsLoseNoRequestAndRunsRepeat) {
   const auto rs = Requests(30, 120);
-  SimOptions o = Options("tediserve");
+  SimOptions o = Options("tediserve-paper");
   o.faults.random_failures = 4;
   o.faults.random_drains = 2;
   o.faults.recover_after = 20;
@@ -120,7 +120,7 @@ TEST_F(SimulatorTest, FaultsLoseNoRequestAndRunsRepeat) {
 
 TEST_F(SimulatorTest, FailedStepsAreRetriedAndCounted) {
   const auto rs = Requests(20, 30);
-  SimOptions o = Options("tediserve");
+  SimOptions o = Options("tediserve-paper");
   o.faults.step_failure_probability = 0.02;
   auto r = Run(o, rs);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -151,7 +151,7 @@ TEST_F(SimulatorTest, RequestsThatCanNeverRunFailWithAReason) {
 
 TEST_F(SimulatorTest, StepTimeErrorChangesTimesNotTheRequestCount) {
   const auto rs = Requests(40, 60);
-  SimOptions o = Options("tediserve");
+  SimOptions o = Options("tediserve-paper");
   auto exact = Run(o, rs);
   ASSERT_TRUE(exact.ok());
   o.step_time_sigma = 0.2;
@@ -187,13 +187,13 @@ TEST_F(SimulatorTest, StepTimeErrorChangesTimesNotTheRequestCount) {
 
 TEST_F(SimulatorTest, BadFaultOptionsAreRefused) {
   const auto rs = Requests(10, 5);
-  SimOptions o = Options("tediserve");
+  SimOptions o = Options("tediserve-paper");
   o.faults.random_failures = 17;
   EXPECT_THAT(Run(o, rs).status().message(), HasSubstr("cluster has 16"));
-  o = Options("tediserve");
+  o = Options("tediserve-paper");
   o.faults.cancel_fraction = 2;
   EXPECT_THAT(Run(o, rs).status().message(), HasSubstr("[0, 1]"));
-  o = Options("tediserve");
+  o = Options("tediserve-paper");
   o.step_time_sigma = -1;
   EXPECT_THAT(Run(o, rs).status().message(), HasSubstr("step_time_sigma"));
 }
