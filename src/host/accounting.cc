@@ -49,6 +49,7 @@ RequestRecord Accounting::OnLeave(RequestId id, Seconds now, Outcome outcome, in
   rr.mean_threshold = spec.output_len > 0 ? t.threshold_sum / spec.output_len : 0;
   rr.steps = steps;
   rr.priority = spec.priority;
+  rr.slo_class = spec.slo_class;
   rr.prompt_len = spec.prompt_len;
   rr.output_len = spec.output_len;
   live_.erase(it);

@@ -36,6 +36,7 @@ struct RequestRecord {
   int migrations = 0;
   int failures = 0;            // steps lost to failures and rerun
   int priority = 0;
+  int slo_class = 0;
   int prompt_len = 0, output_len = 0;
   Outcome outcome = Outcome::kCompleted;
   std::string reason;          // why it did not complete

@@ -86,6 +86,9 @@ Status Host::Submit(policy::RequestSpec spec, Seconds now) {
   if (std::isnan(spec.min_threshold) || std::isnan(spec.max_threshold) || spec.min_threshold > spec.max_threshold) {
     return InvalidArgument(who + ": min_threshold must be <= max_threshold");
   }
+  if (!(spec.slo_factor > 0) || !std::isfinite(spec.slo_factor)) {
+    return InvalidArgument(who + ": slo_factor must be a finite number > 0");
+  }
   if (!(spec.slo > 0)) {
     if (options_.slo_seconds > 0) {
       spec.slo = options_.slo_seconds;
@@ -95,6 +98,7 @@ Status Host::Submit(policy::RequestSpec spec, Seconds now) {
     } else {
       return InvalidArgument(who + ": no SLO given and no default SLO configured");
     }
+    spec.slo *= spec.slo_factor;
   }
   RETURN_IF_ERROR(scheduler_->OnArrival(spec, now, &decisions_));
   accounting_->OnArrival(spec);

@@ -24,12 +24,14 @@ void ProteusMix::AdvanceTo(Seconds now, double capacity_tokens_per_second) {
   while (now >= next_period_) {
     const double rate = arrivals_ / o_.period;
     rate_ = rate_ < 0 ? rate : o_.smoothing * rate + (1 - o_.smoothing) * rate_;
+    const double high = high_work_sum_ / o_.period;
+    high_demand_ = high_demand_ < 0 ? high : o_.smoothing * high + (1 - o_.smoothing) * high_demand_;
     const size_t n = o_.thresholds.size();
     std::vector<double> work(n, 0.0);
     for (size_t k = 0; k < n; ++k) work[k] = arrivals_ > 0 ? work_sum_[k] / arrivals_ : 0;
     // Maximise mean accuracy subject to rate x mean work <= capacity / headroom: with one
     // budget constraint the optimum mixes at most two thresholds, found along the list.
-    const double budget = capacity_tokens_per_second / o_.headroom;
+    const double budget = std::max(0.0, capacity_tokens_per_second / o_.headroom - high_demand_);
     std::vector<double> mix(n, 0.0);
     if (arrivals_ == 0 || rate_ * work[0] <= budget) {
       mix[0] = 1;
@@ -56,18 +58,24 @@ void ProteusMix::AdvanceTo(Seconds now, double capacity_tokens_per_second) {
     }
     mix_ = mix;
     arrivals_ = 0;
+    high_work_sum_ = 0;
     std::fill(work_sum_.begin(), work_sum_.end(), 0.0);
     next_period_ += o_.period;
   }
 }
 
 double ProteusMix::OnArrival(const RequestSpec& spec, int num_blocks, double min_threshold, double max_threshold) {
-  ++arrivals_;
   const double seq = spec.prompt_len + spec.output_len;
-  for (size_t k = 0; k < o_.thresholds.size(); ++k) {
+  auto work = [&](size_t k) {
     const double steps = spec.output_len / o_.tokens_per_step[k];
-    work_sum_[k] += o_.cache ? num_blocks * seq + std::max(0.0, steps - num_blocks) * o_.block_size : steps * seq;
+    return o_.cache ? num_blocks * seq + std::max(0.0, steps - num_blocks) * o_.block_size : steps * seq;
+  };
+  if (o_.reserve_priority && spec.priority > 0 && !o_.thresholds.empty()) {
+    high_work_sum_ += work(0);
+    return std::clamp(o_.thresholds.front(), min_threshold, max_threshold);
   }
+  ++arrivals_;
+  for (size_t k = 0; k < o_.thresholds.size(); ++k) work_sum_[k] += work(k);
   return std::clamp(Draw(), min_threshold, max_threshold);
 }
 

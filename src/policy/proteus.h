@@ -24,6 +24,10 @@ class ProteusMix {
     int block_size = 32;
     bool cache = true;
     uint64_t seed = 1;
+    // Priority requests (priority > 0) get the highest candidate, and the mix of the others
+    // is planned in the capacity they leave (paper 3.5). Proteus itself does not know
+    // priorities; the frontier policy (`tediserve`) sets this.
+    bool reserve_priority = false;
   };
   explicit ProteusMix(Options options);
 
@@ -44,6 +48,8 @@ class ProteusMix {
   int64_t arrivals_ = 0;   // in the current period
   double rate_ = -1;       // smoothed arrivals per second; -1 before the first period
   std::vector<double> work_sum_;  // tokens of this period's arrivals at each candidate
+  double high_work_sum_ = 0;      // their tokens at the highest candidate
+  double high_demand_ = -1;       // smoothed tokens per second of priority requests
   uint64_t rng_state_;
 };
 

@@ -23,6 +23,8 @@ struct RequestSpec {
   int output_len = 0;       // O, tokens (a multiple of block_size when caching)
   Seconds slo = 0;          // latency SLO s; deadline = arrival + slo
   int priority = 0;         // higher first in load control (paper 3.5)
+  int slo_class = 0;        // index of its SLO class (reporting only)
+  double slo_factor = 1;    // with slo 0: the SLO is the run's default SLO times this
   double min_threshold = 0; // optional per-request threshold bounds (0 / 1: none)
   double max_threshold = 1;
 };

@@ -63,6 +63,7 @@ ProteusMix::Options ProteusOptionsOf(const PolicyOptions& o) {
   p.block_size = o.block_size;
   p.cache = o.cache;
   p.seed = o.seed;
+  p.reserve_priority = o.threshold == ThresholdKind::kPlannedRescue;
   return p;
 }
 

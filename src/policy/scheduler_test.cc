@@ -687,6 +687,45 @@ TEST_F(SchedulerTest, PlannedRequestsRunAtTheirPlanWhileTheyHaveSlack) {
   EXPECT_GE(checked, 40);
 }
 
+TEST_F(SchedulerTest, PriorityRequestsKeepTheTopThresholdAndTheOthersPayForIt) {
+  // The overload of PlannedRequestsRunAtTheirPlanWhileTheyHaveSlack, with every fourth
+  // request a priority one: those are planned at 0.9, and the others' mix moves lower than
+  // without priorities, since the priority work is reserved first.
+  auto second_period_caps = [&](bool with_priority) {
+    Make("tediserve", 1);
+    for (RequestId id = 0; id < 20; ++id) {
+      RequestSpec s = Spec(id, id * 0.5, /*slo=*/1000);
+      s.priority = with_priority && id % 4 == 0;
+      Arrive(s);
+    }
+    std::vector<Launch> out;
+    Tick(*s_, 10.0, &out);
+    std::vector<double> normal;
+    for (RequestId id = 20; id < 60; ++id) {
+      RequestSpec s = Spec(id, 10 + (id - 20) * 0.01, /*slo=*/1000);
+      s.priority = with_priority && id % 4 == 0;
+      Arrive(s);
+      if (s.priority) {
+        EXPECT_DOUBLE_EQ(s_->Find(id)->cap, 0.9) << id;
+      } else {
+        normal.push_back(s_->Find(id)->cap);
+      }
+    }
+    double sum = 0;
+    for (double c : normal) sum += c;
+    return sum / normal.size();
+  };
+  const double plain = second_period_caps(false);
+  const double with_priority = second_period_caps(true);
+  EXPECT_LT(with_priority, plain - 0.02);
+  // Proteus itself ignores priorities.
+  Make("proteus", 1);
+  RequestSpec s = Spec(0, 0.0, /*slo=*/1000);
+  s.priority = 1;
+  Arrive(s);
+  EXPECT_DOUBLE_EQ(s_->Find(0)->threshold, 0.9);  // the first period's mix is all 0.9 anyway
+}
+
 TEST_F(SchedulerTest, PlannedRequestAtRiskGoesBelowItsPlan) {
   // Light load plans 0.9; a request whose SLO 0.9 cannot meet gets Algorithm 1's choice,
   // the same as the SLO-aware policy's for the same request and cluster.

@@ -404,6 +404,7 @@ struct RunOutcome {
   bool x_numeric = false;  // sweeps over names (e.g. policy.estimator) have no goodput
   Summary overall;
   std::vector<Summary> periods;
+  std::vector<Summary> groups;  // per SLO class and priority, where the workload has them
   double wall_s = 0;
   int64_t events = 0;
   int64_t lost_steps = 0, instance_failures = 0, drains = 0, failed_batches = 0, unaccounted = 0;
@@ -503,7 +504,17 @@ StatusOr<RunOutcome> RunOne(RunConfig rc, const ExperimentOptions& eo) {
   nlohmann::json info = {{"name", rc.name}, {"policy", rc.sim.policy.name}, {"seed", rc.seed},
                          {"instances", rc.sim.instances.size()}, {"estimator", rc.sim.estimator},
                          {"denoiser", rc.denoiser_type}, {"calibration", cal.name}};
-  RETURN_IF_ERROR(WriteRunFiles(rc.out_dir, *res, rc.periods, info));
+  std::vector<Group> groups;
+  if (rc.workload.slo_classes.size() > 1) {
+    for (size_t c = 0; c < rc.workload.slo_classes.size(); ++c) {
+      groups.push_back({"class " + rc.workload.slo_classes[c].name, static_cast<int>(c), -1});
+    }
+  }
+  if (rc.workload.high_fraction > 0) {
+    groups.push_back({"priority", -1, 1});
+    groups.push_back({"normal", -1, 0});
+  }
+  RETURN_IF_ERROR(WriteRunFiles(rc.out_dir, *res, rc.periods, info, groups));
   if (rc.plots && eo.plots && res->timeline.size() >= 3) {
     Status s = PlotTimeline(rc.out_dir, rc.name + " - " + rc.sim.policy.name);
     if (!s.ok() && !eo.quiet) std::fprintf(stderr, "warning: no timeline plot: %s\n", s.message().c_str());
@@ -512,6 +523,7 @@ StatusOr<RunOutcome> RunOne(RunConfig rc, const ExperimentOptions& eo) {
   out.policy = rc.sim.policy.name;
   out.overall = Summarize(res->requests, "overall");
   for (const Period& p : rc.periods) out.periods.push_back(Summarize(res->requests, p.name, p.from_s, p.to_s));
+  for (const Group& g : groups) out.groups.push_back(Summarize(res->requests, g));
   out.wall_s = res->wall_seconds;
   out.events = res->events;
   out.lost_steps = res->scheduler_stats.lost_steps;
@@ -785,6 +797,7 @@ Status RunExperiment(const ExperimentOptions& eo) {
       };
       row(o.overall, o.policy);
       for (const Summary& p : o.periods) row(p, o.policy + " (" + p.name + ")");
+      for (const Summary& g : o.groups) row(g, o.policy + " [" + g.name + "]");
     }
     // Where requests did not all complete (faults, cancellations), how each run's ended.
     const bool any_incomplete = std::any_of(outcomes.begin(), outcomes.end(), [](const RunOutcome& o) {

@@ -30,13 +30,16 @@ double Round(double x, int digits = 6) {
 
 }  // namespace
 
-Summary Summarize(const std::vector<RequestResult>& requests, const std::string& name, double from_s, double to_s) {
+namespace {
+
+template <typename Keep>
+Summary SummarizeIf(const std::vector<RequestResult>& requests, const std::string& name, Keep keep) {
   Summary s;
   s.name = name;
   std::vector<double> lat;
   double met = 0, q = 0, th = 0, st = 0;
   for (const RequestResult& r : requests) {
-    if (r.arrival < from_s || r.arrival >= to_s) continue;
+    if (!keep(r)) continue;
     if (r.outcome == host::Outcome::kCancelled) {
       ++s.cancelled;
       continue;
@@ -64,6 +67,19 @@ Summary Summarize(const std::vector<RequestResult>& requests, const std::string&
   return s;
 }
 
+}  // namespace
+
+Summary Summarize(const std::vector<RequestResult>& requests, const std::string& name, double from_s, double to_s) {
+  return SummarizeIf(requests, name,
+                     [&](const RequestResult& r) { return r.arrival >= from_s && r.arrival < to_s; });
+}
+
+Summary Summarize(const std::vector<RequestResult>& requests, const Group& g) {
+  return SummarizeIf(requests, g.name, [&](const RequestResult& r) {
+    return (g.slo_class < 0 || r.slo_class == g.slo_class) && (g.priority < 0 || r.priority == g.priority);
+  });
+}
+
 nlohmann::json SummaryJson(const Summary& s) {
   return {{"name", s.name},
           {"requests", s.requests},
@@ -79,7 +95,7 @@ nlohmann::json SummaryJson(const Summary& s) {
 }
 
 Status WriteRunFiles(const std::string& dir, const SimResult& result, const std::vector<Period>& periods,
-                     const nlohmann::json& run_info) {
+                     const nlohmann::json& run_info, const std::vector<Group>& groups) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return IoError("output.dir: cannot create " + dir + ": " + ec.message());
@@ -121,6 +137,11 @@ Status WriteRunFiles(const std::string& dir, const SimResult& result, const std:
     }
   }
   summary["periods"] = per;
+  if (!groups.empty()) {
+    nlohmann::json gs = nlohmann::json::array();
+    for (const Group& g : groups) gs.push_back(SummaryJson(Summarize(result.requests, g)));
+    summary["groups"] = gs;
+  }
   const auto& st = result.scheduler_stats;
   summary["scheduler"] = {{"dispatch_decisions", st.dispatch_decisions}, {"migrations", st.migrations},
                           {"load_control_runs", st.load_control_runs},

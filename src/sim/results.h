@@ -32,10 +32,18 @@ struct Summary {
 
 Summary Summarize(const std::vector<RequestResult>& requests, const std::string& name,
                   double from_s = -1e300, double to_s = 1e300);
+
+// A named subset of a run's requests: one SLO class, or the requests of one priority.
+struct Group {
+  std::string name;
+  int slo_class = -1;  // -1: any
+  int priority = -1;   // -1: any
+};
+Summary Summarize(const std::vector<RequestResult>& requests, const Group& group);
 nlohmann::json SummaryJson(const Summary& s);
 
 // Writes requests.csv, timeline.csv, periods.csv and summary.json into dir (created).
 Status WriteRunFiles(const std::string& dir, const SimResult& result, const std::vector<Period>& periods,
-                     const nlohmann::json& run_info);
+                     const nlohmann::json& run_info, const std::vector<Group>& groups = {});
 
 }  // namespace tediserve::sim

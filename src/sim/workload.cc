@@ -33,7 +33,7 @@ uint64_t SubSeed(uint64_t seed, uint64_t stream) {
   return z ^ (z >> 31);
 }
 
-enum Stream : uint64_t { kArrivalStream = 1, kLengthStream = 2, kPriorityStream = 3 };
+enum Stream : uint64_t { kArrivalStream = 1, kLengthStream = 2, kPriorityStream = 3, kClassStream = 4 };
 
 class Rng {
  public:
@@ -325,13 +325,49 @@ Status ParsePriority(const YAML::Node& node, double* high_fraction) {
   return Status::Ok();
 }
 
+constexpr size_t kMaxSloClasses = 16;
+
+Status ParseSloClasses(const YAML::Node& node, std::vector<SloClass>* out) {
+  const std::string path = "workload.slo_classes";
+  if (!node.IsSequence() || node.size() == 0 || node.size() > kMaxSloClasses) {
+    return InvalidArgument(path + ": must be a list of 1 to " + std::to_string(kMaxSloClasses) +
+                           " {name, share, factor}");
+  }
+  double total = 0;
+  for (size_t i = 0; i < node.size(); ++i) {
+    const std::string at = path + "[" + std::to_string(i) + "]";
+    RETURN_IF_ERROR(ExpectMap(node[i], at));
+    RETURN_IF_ERROR(CheckKeys(node[i], at, {"name", "share", "factor"}, ""));
+    SloClass c;
+    ASSIGN_OR_RETURN(c.name, GetString(node[i], at, "name"));
+    if (c.name.empty() || c.name.size() > 32 ||
+        !std::all_of(c.name.begin(), c.name.end(), [](char ch) {
+          return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '_';
+        })) {
+      return InvalidArgument(at + ".name: must be 1-32 characters of a-z, 0-9, - and _");
+    }
+    for (const SloClass& o : *out) {
+      if (o.name == c.name) return InvalidArgument(at + ".name: \"" + c.name + "\" is used twice");
+    }
+    ASSIGN_OR_RETURN(c.share, GetDouble(node[i], at, "share", 0, 1));
+    ASSIGN_OR_RETURN(c.factor, GetDouble(node[i], at, "factor", 0, 1000));
+    if (!(c.factor > 0)) return InvalidArgument(at + ".factor: must be > 0");
+    total += c.share;
+    out->push_back(std::move(c));
+  }
+  if (std::abs(total - 1) > 1e-9) {
+    return InvalidArgument(path + ": the shares must sum to 1, got " + FormatDouble(total));
+  }
+  return Status::Ok();
+}
+
 StatusOr<WorkloadSpec> ParseWorkloadOrThrow(const YAML::Node& node, const std::string& base_dir) {
   RETURN_IF_ERROR(ExpectMap(node, "workload"));
-  RETURN_IF_ERROR(CheckKeys(node, "workload", {"arrivals", "lengths", "priority"}, ""));
+  RETURN_IF_ERROR(CheckKeys(node, "workload", {"arrivals", "lengths", "priority", "slo_classes"}, ""));
   WorkloadSpec spec;
   RETURN_IF_ERROR(ParseArrivals(node["arrivals"], base_dir, &spec.arrivals));
   if (spec.arrivals.type == ArrivalSpec::Type::kTrace) {
-    for (const char* key : {"lengths", "priority"}) {
+    for (const char* key : {"lengths", "priority", "slo_classes"}) {
       if (node[key].IsDefined()) {
         return InvalidArgument(std::string("workload.") + key +
                                ": not allowed with arrivals.type trace (the trace gives it)");
@@ -343,6 +379,7 @@ StatusOr<WorkloadSpec> ParseWorkloadOrThrow(const YAML::Node& node, const std::s
   if (node["priority"].IsDefined()) {
     RETURN_IF_ERROR(ParsePriority(node["priority"], &spec.high_fraction));
   }
+  if (node["slo_classes"].IsDefined()) RETURN_IF_ERROR(ParseSloClasses(node["slo_classes"], &spec.slo_classes));
   return spec;
 }
 
@@ -570,6 +607,26 @@ StatusOr<std::vector<RequestSpec>> GenerateWorkload(const WorkloadSpec& spec, ui
       std::swap(index[j], index[j + rng.Index(index.size() - j)]);
       requests[index[j]].priority = 1;
     }
+  }
+  // SLO classes: a shuffled order, cut into runs of round(share x N) (the last class takes the rest).
+  if (spec.slo_classes.size() > 1) {
+    Rng rng(SubSeed(seed, kClassStream));
+    std::vector<size_t> index(requests.size());
+    std::iota(index.begin(), index.end(), size_t{0});
+    for (size_t j = 0; j + 1 < index.size(); ++j) std::swap(index[j], index[j + rng.Index(index.size() - j)]);
+    size_t at = 0;
+    for (size_t c = 0; c < spec.slo_classes.size(); ++c) {
+      const bool last = c + 1 == spec.slo_classes.size();
+      const size_t want = last ? index.size() - at
+                               : std::min(index.size() - at, static_cast<size_t>(std::llround(
+                                     spec.slo_classes[c].share * static_cast<double>(index.size()))));
+      for (size_t k = 0; k < want; ++k, ++at) {
+        requests[index[at]].slo_class = static_cast<int>(c);
+        requests[index[at]].slo_factor = spec.slo_classes[c].factor;
+      }
+    }
+  } else if (spec.slo_classes.size() == 1) {
+    for (RequestSpec& r : requests) r.slo_factor = spec.slo_classes[0].factor;
   }
   return requests;
 }

@@ -6,6 +6,9 @@
 //     arrivals: {type: poisson, rate: 8.0, duration_s: 600}   # or num_requests: N
 //     lengths: {type: sharegpt, file: data/workload/sharegpt_first_turn_lengths.csv}
 //     priority: {high_fraction: 0.1}                          # optional
+//     slo_classes:                                            # optional
+//       - {name: tight, share: 0.5, factor: 0.6}   # SLO = the run's SLO x factor
+//       - {name: loose, share: 0.5, factor: 2.0}
 //
 // arrivals.type: poisson {rate, duration_s | num_requests}
 //                gamma {rate, cv, duration_s | num_requests}   (Gamma inter-arrival times)
@@ -14,7 +17,9 @@
 // lengths.type:  sharegpt {file, max_total = 4096, round_output_to = 32}
 //                gsm8k {file, few_shot = 4, output_len = 256}
 //                fixed {prompt_len, output_len}
-// `lengths` is required unless arrivals.type is trace, where it and `priority` are not
+// slo_classes: shares sum to 1; exactly round(share x N) requests per class (the last takes the
+// rest), drawn from their own stream, so arrivals, lengths and priorities stay as without.
+// `lengths` is required unless arrivals.type is trace, where it, `priority` and `slo_classes` are not
 // allowed (the trace gives them). Unknown keys are errors. ParseWorkload loads every file the
 // section names, so GenerateWorkload does no I/O and a bad file is reported up front.
 #pragma once
@@ -82,10 +87,17 @@ struct LengthSpec {
   std::string file;  // the resolved path, for messages
 };
 
+struct SloClass {
+  std::string name;
+  double share = 1;   // of the requests
+  double factor = 1;  // its SLO is the run's SLO times this
+};
+
 struct WorkloadSpec {
   ArrivalSpec arrivals;
   LengthSpec lengths;         // unused for a trace
   double high_fraction = 0;   // this fraction of requests (rounded) gets priority 1
+  std::vector<SloClass> slo_classes;  // empty: one class, the run's SLO
 };
 
 // Parses the value of the `workload:` key. Relative file paths are tried against base_dir

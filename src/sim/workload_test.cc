@@ -384,6 +384,36 @@ TEST(WorkloadTest, HighFractionGivesThatManyHighPriority) {
   }
 }
 
+TEST(WorkloadTest, SloClassesGetTheirSharesAndFactorsAndChangeNothingElse) {
+  const std::string base = "workload:\n  arrivals: {type: poisson, rate: 50, num_requests: 1001}\n" + kFixed;
+  const std::vector<RequestSpec> plain = MustGenerate(MustParse(base), 7);
+  const std::vector<RequestSpec> classed = MustGenerate(
+      MustParse(base + "  slo_classes:\n    - {name: tight, share: 0.3, factor: 0.5}\n"
+                       "    - {name: loose, share: 0.7, factor: 2}\n"),
+      7);
+  ASSERT_EQ(classed.size(), 1001u);
+  int tight = 0;
+  for (size_t i = 0; i < classed.size(); ++i) {
+    const RequestSpec& r = classed[i];
+    EXPECT_EQ(r.arrival, plain[i].arrival);
+    EXPECT_EQ(r.prompt_len, plain[i].prompt_len);
+    EXPECT_EQ(r.slo_factor, r.slo_class == 0 ? 0.5 : 2.0);
+    tight += r.slo_class == 0;
+  }
+  EXPECT_EQ(tight, 300);  // round(0.3 x 1001)
+  for (const auto& [yaml, error] : std::vector<std::pair<std::string, std::string>>{
+           {"  slo_classes: [{name: a, share: 0.5, factor: 1}]\n", "the shares must sum to 1, got 0.5"},
+           {"  slo_classes: [{name: A, share: 1, factor: 1}]\n", "name: must be 1-32 characters"},
+           {"  slo_classes: [{name: a, share: 0.5, factor: 1}, {name: a, share: 0.5, factor: 2}]\n",
+            "is used twice"},
+           {"  slo_classes: [{name: a, share: 1, factor: 0}]\n", "factor: must be > 0"},
+           {"  slo_classes: [{name: a, share: 1, factor: 1, x: 2}]\n", "x"},
+           {"  slo_classes: {name: a}\n", "must be a list"},
+       }) {
+    EXPECT_THAT(ParseError(base + yaml), HasSubstr(error)) << yaml;
+  }
+}
+
 TEST(WorkloadTest, TraceArrivalsComeFromTheFile) {
   TempDir dir;
   const std::string path = dir.File("trace.jsonl");
@@ -513,7 +543,7 @@ TEST(WorkloadTest, BadFieldsNameTheFieldPath) {
        "workload.priority: unknown key \"fraction\""},
       {"workload:\n  arrivals: {type: poisson, rate: 1, duration_s: 6}\n" + kFixed +
            "  lenghts: {}\n  slo: 3\n",
-       "workload: unknown key \"lenghts\", \"slo\" (allowed: arrivals, lengths, priority)"},
+       "workload: unknown key \"lenghts\", \"slo\" (allowed: arrivals, lengths, priority, slo_classes)"},
   };
   for (const Case& c : cases) {
     EXPECT_THAT(ParseError(c.yaml), HasSubstr(c.want)) << c.yaml;
