@@ -338,9 +338,15 @@ class Model(torch.nn.Module):
         self.ln_f = torch.nn.Parameter(torch.ones(d))
         self.head = g(cfg.vocab_size, d)
 
-    def forward(self, ids, key_pad=None):
-        """ids [B, S] -> logits [B, S, V] (fp32). key_pad [B, S] True where padding."""
+    def forward(self, ids, key_pad=None, kv_override=None, override=None, return_kv=False):
+        """ids [B, S] -> logits [B, S, V] (fp32). key_pad [B, S] True where padding.
+
+        Dual-cache emulation: kv_override is a per-layer list of (k, v) [B, H_kv, S, hd] (after
+        RoPE, as the C++ engine caches them) and override [B, S] is True at the positions whose
+        K/V are taken from it (stale) instead of computed here; queries stay fresh everywhere.
+        return_kv also returns this forward's per-layer (k, v), for a later kv_override."""
         cfg = self.cfg
+        kvs = []
         B, S = ids.shape
         hd = cfg.head_dim
         x = self.wte[ids]
@@ -360,6 +366,11 @@ class Model(torch.nn.Module):
             k = k.view(B, S, cfg.n_kv_heads, hd).transpose(1, 2)
             v = v.view(B, S, cfg.n_kv_heads, hd).transpose(1, 2)
             q, k = rope(q, cfg.rope_theta), rope(k, cfg.rope_theta)
+            if kv_override is not None:
+                ks, vs = kv_override[len(kvs)]
+                ov = override[:, None, :, None]
+                k, v = torch.where(ov, ks, k), torch.where(ov, vs, v)
+            kvs.append((k, v))
             if rep > 1:
                 k = k.repeat_interleave(rep, 1)
                 v = v.repeat_interleave(rep, 1)
@@ -375,6 +386,8 @@ class Model(torch.nn.Module):
         logits = x @ self.head.t()
         if cfg.shift_logits:  # Dream: position i is predicted from hidden state i-1
             logits = torch.cat([logits[:, :1], logits[:, :-1]], 1)
+        if return_kv:
+            return logits, kvs
         return logits
 
 
@@ -427,13 +440,61 @@ def make_batch(rng, batch):
     return ids, tgt, pad, weight
 
 
-def quick_accuracy(model, n=60, threshold=0.9):
+def make_cache_batch(rng, batch):
+    """A batch for the dual cache's cache step (--cache-aware). Each example has a current block
+    (of BLOCK_SIZE, the engine's decoding block): earlier blocks known, later blocks masked, the
+    current block partly masked with ratio t (stratified as in make_batch). Returns ids, the
+    stale ids (the whole current block masked: what the recompute step at the block's start
+    saw), tgt, pad, weight and cur [B, S] (True on the current block's positions)."""
+    u = rng.random()
+    ts = [max(0.02, (i + u) / batch) for i in range(batch)]
+    rng.shuffle(ts)
+    rows = []
+    for _ in range(batch):
+        _, p, a = sample_task(rng)
+        resp = encode(a) + [EOS_ID] * (GEN_LENGTH - len(a))
+        rows.append((encode(p), resp))
+    S = max(len(p) for p, _ in rows) + GEN_LENGTH
+    ids = torch.full((batch, S), EOS_ID, dtype=torch.long)
+    tgt = torch.full((batch, S), -100, dtype=torch.long)
+    pad = torch.ones(batch, S, dtype=torch.bool)
+    weight = torch.zeros(batch, S)
+    cur = torch.zeros(batch, S, dtype=torch.bool)
+    bs = BLOCK_SIZE
+    nb = GEN_LENGTH // bs
+    stale = None
+    for i, (p, r) in enumerate(rows):
+        n = len(p)
+        ids[i, :n] = torch.tensor(p)
+        ids[i, n:n + GEN_LENGTH] = torch.tensor(r)
+        pad[i, :n + GEN_LENGTH] = False
+        t = ts[i]
+        b = rng.randrange(nb)
+        m = torch.zeros(GEN_LENGTH, dtype=torch.bool)
+        m[(b + 1) * bs:] = True
+        blk = torch.rand(bs) < t
+        if not blk.any():
+            blk[rng.randrange(bs)] = True
+        m[b * bs:(b + 1) * bs] = blk
+        sl = slice(n, n + GEN_LENGTH)
+        cur[i, n + b * bs:n + (b + 1) * bs] = True
+        # Loss on the current block's masked positions only (later blocks are context here).
+        lm = torch.zeros(GEN_LENGTH, dtype=torch.bool)
+        lm[b * bs:(b + 1) * bs] = blk
+        tgt[i, sl] = torch.where(lm, ids[i, sl], torch.full_like(ids[i, sl], -100))
+        ids[i, sl] = torch.where(m, torch.full_like(ids[i, sl], MASK_ID), ids[i, sl])
+        weight[i, sl] = lm.float() * (1.0 / t) / GEN_LENGTH
+    stale = torch.where(cur, torch.full_like(ids, MASK_ID), ids)
+    return ids, stale, tgt, pad, weight, cur
+
+
+def quick_accuracy(model, n=60, threshold=0.9, cache=False):
     rng = random.Random(99)
     model.eval()
     per = {}
     for _ in range(n):
         name, p, a = sample_task(rng)
-        s, _ = decode(model, p, threshold)
+        s, _ = decode(model, p, threshold, cache=cache)
         c = per.setdefault(name, [0, 0])
         c[0] += s == a
         c[1] += 1
@@ -443,6 +504,7 @@ def quick_accuracy(model, n=60, threshold=0.9):
 
 def train(model, args, snapshot=None):
     rng = random.Random(args.seed)
+    crng = random.Random(args.seed + 17) if args.cache_aware > 0 else None
     last = min(args.steps, args.stop_after or args.steps)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
     t0 = time.time()
@@ -450,8 +512,15 @@ def train(model, args, snapshot=None):
         lr = args.lr * min(1.0, step / 100) * (0.5 * (1 + math.cos(math.pi * min(1.0, step / args.steps))) * 0.95 + 0.05)
         for gparam in opt.param_groups:
             gparam["lr"] = lr
-        ids, tgt, pad, weight = make_batch(rng, args.batch)
-        logits = model(ids, pad)
+        # (Only --cache-aware > 0 draws the extra number: with 0 the streams are as before.)
+        if args.cache_aware > 0 and crng.random() < args.cache_aware:
+            ids, stale, tgt, pad, weight, cur = make_cache_batch(rng, args.batch)
+            with torch.no_grad():
+                _, kv = model(stale, pad, return_kv=True)
+            logits = model(ids, pad, kv_override=kv, override=~cur)
+        else:
+            ids, tgt, pad, weight = make_batch(rng, args.batch)
+            logits = model(ids, pad)
         ce = F.cross_entropy(logits.view(-1, logits.shape[-1]), tgt.view(-1).clamp(min=0),
                              reduction="none", label_smoothing=args.label_smoothing).view(tgt.shape)
         loss = (ce * weight).sum() / ids.shape[0]
@@ -463,6 +532,8 @@ def train(model, args, snapshot=None):
             print(f"step {step:6d} loss {loss.item():.4f} lr {lr:.2e} {time.time() - t0:.0f}s", flush=True)
         if args.report_every and step % args.report_every == 0:
             print(f"  accuracy at 0.9 (60 problems): {quick_accuracy(model)}", flush=True)
+            if args.cache_aware > 0:
+                print(f"  with dual cache:               {quick_accuracy(model, cache=True)}", flush=True)
         if snapshot and args.snapshot_every and step % args.snapshot_every == 0 and step < last:
             snapshot(step)
 
@@ -470,7 +541,10 @@ def train(model, args, snapshot=None):
 # ---------------------------------------------------------------------------------------
 # Reference decoding (no cache), used to report the trade-off at training time.
 @torch.no_grad()
-def decode(model, prompt, threshold, gen_length=None, block=None):
+def decode(model, prompt, threshold, gen_length=None, block=None, cache=False):
+    """cache=True emulates the C++ engine's dual cache: the first step of each block is a full
+    forward whose per-layer K/V are kept; the block's later steps recompute only the block's
+    K/V, every other position's K/V come from that first step."""
     gen_length = gen_length or GEN_LENGTH
     block = block or BLOCK_SIZE
     p = encode(prompt)
@@ -478,8 +552,17 @@ def decode(model, prompt, threshold, gen_length=None, block=None):
     steps = 0
     for b in range(gen_length // block):
         lo, hi = len(p) + b * block, len(p) + (b + 1) * block
+        kv = None
+        outside = torch.ones(1, x.shape[1], dtype=torch.bool)
+        outside[0, lo:hi] = False
         while (x[0, lo:hi] == MASK_ID).any():
-            logits = model(x)[0, lo:hi].double()
+            if not cache:
+                logits = model(x)
+            elif kv is None:
+                logits, kv = model(x, return_kv=True)
+            else:
+                logits = model(x, kv_override=kv, override=outside)
+            logits = logits[0, lo:hi].double()
             prob = logits.softmax(-1)
             conf, tok = prob.max(-1)
             masked = x[0, lo:hi] == MASK_ID
@@ -702,6 +785,10 @@ def main():
                     help="stop after this many steps of the --steps schedule (a reproducible snapshot)")
     ap.add_argument("--snapshot-every", type=int, default=0,
                     help="also write the model folder every N steps to OUT/snap_<step> (bf16, no fixtures)")
+    ap.add_argument("--cache-aware", type=float, default=0.0,
+                    help="probability per batch of a dual-cache step batch: the current block's queries "
+                         "attend to fresh K/V of the block and stale K/V (from a forward with the whole "
+                         "block masked) of every other position; 0 = plain training")
     ap.add_argument("--init-from", default="", help="start from this model folder's weights (a fine-tune)")
     ap.add_argument("--gen-length", type=int, default=GEN_LENGTH,
                     help="output positions the model writes (recorded in config.json)")
@@ -717,6 +804,8 @@ def main():
         ap.error("--gen-length must be in [1, 128]")
     if os.path.basename(args.reference_name) != args.reference_name or not args.reference_name.endswith(".safetensors"):
         ap.error("--reference-name must be a plain file name ending in .safetensors")
+    if not 0.0 <= args.cache_aware <= 1.0:
+        ap.error("--cache-aware must be in [0, 1]")
     GEN_LENGTH = args.gen_length
     if args.block_size <= 0 or GEN_LENGTH % args.block_size:
         ap.error("--block-size must divide the gen length %d" % GEN_LENGTH)
@@ -766,13 +855,15 @@ def main():
     model.eval()
 
 
-    print("threshold  accuracy  mean_steps  per-task accuracy   (PyTorch reference decode, no cache, block %d)" % BLOCK_SIZE)
-    for th in [0.9, 0.7, 0.5]:
+    for cache in [False, True]:
+      print("threshold  accuracy  mean_steps  per-task accuracy   (PyTorch reference decode, %s, block %d)"
+            % ("dual cache" if cache else "no cache", BLOCK_SIZE))
+      for th in [0.9, 0.7, 0.5]:
         ok = steps = 0
         subset = held[:args.report]
         per = {}
         for name, p, a in subset:
-            s, n = decode(model, p, th)
+            s, n = decode(model, p, th, cache=cache)
             ok += s == a
             steps += n
             c = per.setdefault(name, [0, 0])
@@ -848,7 +939,8 @@ def write_training_md(args):
                 (f" --resume {args.resume}" if args.resume else "") +
                 (f" --init-from {args.init_from}" if args.init_from else "") +
                 (f" --stop-after {args.stop_after}" if args.stop_after else "") +
-                (f" --label-smoothing {args.label_smoothing}" if args.label_smoothing else "") + "\n```\n\n")
+                (f" --label-smoothing {args.label_smoothing}" if args.label_smoothing else "") +
+                (f" --cache-aware {args.cache_aware}" if args.cache_aware else "") + "\n```\n\n")
         f.write(f"torch {torch.__version__}; tasks and weights: " +
                 ", ".join(f"{n} {w}" for n, _, w in TASKS) + "\n")
 
