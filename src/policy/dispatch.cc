@@ -53,6 +53,10 @@ void Scheduler::DispatchReady(const std::vector<RequestId>& ready, InstanceId fr
       ReturnToWaiting(r);  // its instance drains: it leaves at this block boundary
       continue;
     }
+    if (may_move && CheckLate(r, now) && OnTimeWaiting()) {
+      ReturnToWaiting(r);  // lost anyway: its place goes to a request that can still make it
+      continue;
+    }
     switch (options_.dispatch) {
       case DispatchKind::kStepLevel: {
         if (may_move) {
@@ -86,10 +90,12 @@ void Scheduler::DispatchWaiting(Seconds now) {
   // FCFS with head-of-line blocking: stop at the first request that fits nowhere. That keeps
   // a dispatch cycle O(placements) under overload and never starves a big request. (Only
   // step-level dispatch queues requests in normal operation; least-loaded dispatch queues
-  // them only while no instance accepts work.)
+  // them only while no instance accepts work.) With defer_late the order is by deadline and
+  // a request found past its deadline at the head moves behind every on-time one.
   while (!waiting_.empty()) {
-    const RequestId id = std::get<2>(*waiting_.begin());
+    const RequestId id = std::get<3>(*waiting_.begin());
     RequestState& r = requests_.at(id);
+    if (!r.late && CheckLate(r, now)) continue;  // re-keyed behind the on-time requests
     Instance* best = nullptr;
     if (options_.dispatch == DispatchKind::kStepLevel) {
       Seconds t = 0;
@@ -109,16 +115,22 @@ void Scheduler::LaunchIdle(Seconds now, Decisions* out) {
     StepBatch b;
     b.id = next_batch_++;
     b.instance = inst.info.id;
-    for (RequestId id : inst.residents) {
-      RequestState& r = requests_.at(id);
-      const int tokens = r.NextStepTokens();
-      // The token budget caps the batch; who does not fit waits for the next step here.
-      if (!b.commands.empty() && b.tokens + tokens > options_.token_budget) continue;
-      b.commands.push_back({id, r.threshold, r.NextIsRecompute()});
-      b.tokens += tokens;
-      r.in_flight = true;
-      r.batch = b.id;
-      inst.batch_ids.push_back(id);
+    // With defer_late, residents past their deadline are batched after the others (two
+    // passes); otherwise in placement order.
+    const int passes = options_.defer_late ? 2 : 1;
+    for (int pass = 0; pass < passes; ++pass) {
+      for (RequestId id : inst.residents) {
+        RequestState& r = requests_.at(id);
+        if (passes == 2 && r.late != (pass == 1)) continue;
+        const int tokens = r.NextStepTokens();
+        // The token budget caps the batch; who does not fit waits for the next step here.
+        if (!b.commands.empty() && b.tokens + tokens > options_.token_budget) continue;
+        b.commands.push_back({id, r.threshold, r.NextIsRecompute()});
+        b.tokens += tokens;
+        r.in_flight = true;
+        r.batch = b.id;
+        inst.batch_ids.push_back(id);
+      }
     }
     b.expected_seconds = profile_->StepSeconds(inst.info.tp, b.tokens);
     inst.busy = true;

@@ -38,6 +38,9 @@ struct RequestState {
   // its step was lost): the next step must push the whole sequence (a recompute step).
   bool kv_valid = true;
   int failures = 0;           // its steps lost to failed batches or instances
+  // Past its deadline when the scheduler last looked (only with PolicyOptions::defer_late):
+  // it can no longer meet its SLO, so it yields to requests that still can.
+  bool late = false;
   int migrations = 0;
   int queued_tokens = 0;      // this request's share of its instance's next batch
 

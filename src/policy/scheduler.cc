@@ -30,6 +30,7 @@ StatusOr<PolicyOptions> PolicyOptions::Named(const std::string& name) {
     o.name = name;
     o.dispatch = p.dispatch;
     o.threshold = p.threshold;
+    o.defer_late = p.threshold == ThresholdKind::kPlannedRescue;
     return o;
   }
   std::string all;
@@ -270,7 +271,7 @@ void Scheduler::Place(RequestState& r, Instance& inst) {
   r.queued_tokens = r.NextStepTokens();
   inst.next_tokens += r.queued_tokens;
   inst.load_tokens += r.spec.prompt_len + r.spec.output_len;
-  waiting_.erase(KeyOf(r));
+  waiting_.erase(WaitKeyOf(r));
 }
 
 void Scheduler::Unplace(RequestState& r) {
@@ -286,14 +287,22 @@ void Scheduler::Unplace(RequestState& r) {
 
 void Scheduler::ReturnToWaiting(RequestState& r) {
   Unplace(r);
-  waiting_.insert(KeyOf(r));
+  waiting_.insert(WaitKeyOf(r));
+}
+
+bool Scheduler::CheckLate(RequestState& r, Seconds now) {
+  if (!options_.defer_late || r.late || now < r.deadline) return r.late;
+  const bool waiting = r.instance < 0 && waiting_.erase(WaitKeyOf(r)) > 0;
+  r.late = true;
+  if (waiting) waiting_.insert(WaitKeyOf(r));
+  return true;
 }
 
 void Scheduler::Forget(RequestState& r) {
   const RequestId id = r.spec.id;
   Unplace(r);
   order_.erase(KeyOf(r));
-  waiting_.erase(KeyOf(r));
+  waiting_.erase(WaitKeyOf(r));
   requests_.erase(id);
 }
 
@@ -380,13 +389,13 @@ Status Scheduler::OnArrival(const RequestSpec& spec, Seconds now, Decisions* out
   }
   MaybeLoadControl(now);
   if (options_.dispatch == DispatchKind::kStepLevel) {
-    waiting_.insert(key);
+    waiting_.insert(WaitKeyOf(rs));
     DispatchWaiting(now);
   } else if (Instance* dst = LeastLoaded()) {
     Place(rs, *dst);
     ChooseThreshold(rs, now);
   } else {
-    waiting_.insert(key);  // no instance takes work now; placed when one does
+    waiting_.insert(WaitKeyOf(rs));  // no instance takes work now; placed when one does
   }
   LaunchIdle(now, out);
   return Status::Ok();

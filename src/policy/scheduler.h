@@ -94,6 +94,12 @@ struct PolicyOptions {
   // A request whose steps were lost this many times (failed batches or instances) is
   // aborted with a reason instead of being retried again.
   int max_step_failures = 3;
+  // Dispatch order of the default policy (docs/design.md section 3.5): waiting requests by
+  // priority, then earliest deadline (least slack), and a request past its deadline (which no
+  // threshold can save) yields to every request that can still meet its SLO: it is placed and
+  // batched only with capacity no such request wants, and leaves its instance at a block
+  // boundary while such requests wait. Off: FCFS by priority then arrival (the paper's).
+  bool defer_late = false;
   uint64_t seed = 1;
 
   // Presets: tediserve, fixed, slo-aware, caps-only, infaas, llumnix, proteus.
@@ -261,9 +267,19 @@ class Scheduler {
     double tokens_per_second = 1;      // tau_d at the token budget
   };
   using OrderKey = std::tuple<int, Seconds, RequestId>;  // (-priority, arrival, id)
+  // Waiting order: (late, -priority, deadline or arrival, id); see PolicyOptions::defer_late.
+  using WaitKey = std::tuple<int, int, Seconds, RequestId>;
 
   Scheduler(PolicyOptions options, const LatencyProfile* profile, StepEstimator* estimator);
   static OrderKey KeyOf(const RequestState& r) { return {-r.spec.priority, r.spec.arrival, r.spec.id}; }
+  WaitKey WaitKeyOf(const RequestState& r) const {
+    return {r.late ? 1 : 0, -r.spec.priority, options_.defer_late ? r.deadline : r.spec.arrival, r.spec.id};
+  }
+  // With defer_late: marks r late once `now` is past its deadline (re-keying it if waiting).
+  // Returns r.late.
+  bool CheckLate(RequestState& r, Seconds now);
+  // Whether a request that can still meet its SLO waits for an instance.
+  bool OnTimeWaiting() const { return !waiting_.empty() && std::get<0>(*waiting_.begin()) == 0; }
   Instance* FindInstance(InstanceId id);
   Status AddInstance(const InstanceInfo& info);
 
@@ -310,7 +326,7 @@ class Scheduler {
   BatchId next_batch_ = 1;
   std::unordered_map<RequestId, RequestState> requests_;
   std::set<OrderKey> order_;       // live requests, load-control order
-  std::set<OrderKey> waiting_;     // not placed on any instance
+  std::set<WaitKey> waiting_;      // not placed on any instance
   SchedulerStats stats_;
   std::vector<const RequestState*> batch_states_;  // RefreshBatch scratch
   std::vector<RequestState> pending_predictions_;   // async: due, not yet taken

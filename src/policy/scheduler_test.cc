@@ -739,6 +739,56 @@ TEST_F(SchedulerTest, PlannedRequestAtRiskGoesBelowItsPlan) {
   EXPECT_DOUBLE_EQ(s_->Find(0)->threshold, rescue);
 }
 
+TEST_F(SchedulerTest, WaitingRequestsGoByDeadlineAndLateOnesLast) {
+  // One instance whose budget holds one request: 1 (lost by t = 2), 2 (deadline 100) and
+  // 3 (deadline 50) wait behind 0. tediserve places 3, then 2, then the late 1; the paper's
+  // policy goes by arrival.
+  for (const std::string policy : {"tediserve", "tediserve-paper"}) {
+    Make(policy, 1, [](PolicyOptions& o) { o.token_budget = 380; });
+    Arrive(Spec(0, 0.0, /*slo=*/100));
+    Arrive(Spec(1, 0.0, /*slo=*/1.0));
+    Arrive(Spec(2, 0.01, /*slo=*/100));
+    Arrive(Spec(3, 0.02, /*slo=*/50));
+    ASSERT_EQ(s_->waiting(), 3u) << policy;
+    std::vector<RequestId> order;
+    RequestId running = 0;
+    Seconds now = 2.0;
+    for (int i = 0; i < 3; ++i) {
+      const std::vector<Launch> out = Done(0, {Outcome(running, true, true)}, now += 0.1);
+      ASSERT_EQ(out.size(), 1u);
+      ASSERT_EQ(out[0].commands.size(), 1u);
+      running = out[0].commands[0].id;
+      order.push_back(running);
+    }
+    if (policy == "tediserve") {
+      EXPECT_THAT(order, ::testing::ElementsAre(3, 2, 1));
+    } else {
+      EXPECT_THAT(order, ::testing::ElementsAre(1, 2, 3));
+    }
+  }
+}
+
+TEST_F(SchedulerTest, LateRequestLeavesItsInstanceAtABlockBoundaryForAnOnTimeOne) {
+  // 0 (SLO 1 s) runs alone; 1 (SLO 100 s) waits for the budget. At 0's block boundary after
+  // its deadline, tediserve sends 0 back to wait and runs 1; the paper's policy keeps 0.
+  for (const std::string policy : {"tediserve", "tediserve-paper"}) {
+    Make(policy, 1, [](PolicyOptions& o) { o.token_budget = 380; });
+    Arrive(Spec(0, 0.0, /*slo=*/1.0));
+    Arrive(Spec(1, 0.0, /*slo=*/100));
+    ASSERT_EQ(Where(1), -1) << policy;
+    const std::vector<Launch> out = Done(0, {Outcome(0, /*block_done=*/true)}, 2.0);
+    ASSERT_EQ(out.size(), 1u);
+    if (policy == "tediserve") {
+      EXPECT_THAT(BatchIds(out[0]), ::testing::ElementsAre(1));
+      EXPECT_EQ(Where(0), -1);
+      EXPECT_EQ(s_->waiting(), 1u);
+    } else {
+      EXPECT_THAT(BatchIds(out[0]), ::testing::ElementsAre(0));
+      EXPECT_EQ(Where(1), -1);
+    }
+  }
+}
+
 // A tiny event loop: arrivals, instances that finish a launch after l(tokens), and outcomes
 // that unmask 2 / 4 / 8 tokens a step by threshold. Records every launch.
 // Overloads a Proteus scheduler for one period (mix 0.2381 x 0.7 + 0.7619 x 0.6, see
@@ -1069,6 +1119,8 @@ TEST(PolicyOptionsTest, NamedPresets) {
   EXPECT_EQ(PolicyOptions::Named("proteus")->threshold, ThresholdKind::kProteus);
   EXPECT_EQ(PolicyOptions::Named("tediserve")->threshold, ThresholdKind::kPlannedRescue);
   EXPECT_EQ(PolicyOptions::Named("tediserve")->dispatch, DispatchKind::kStepLevel);
+  EXPECT_TRUE(PolicyOptions::Named("tediserve")->defer_late);
+  EXPECT_FALSE(PolicyOptions::Named("tediserve-paper")->defer_late);
   EXPECT_EQ(PolicyOptions::Named("tediserve-paper")->threshold, ThresholdKind::kSloAwareWithCaps);
   EXPECT_EQ(PolicyOptions::Named("caps-only")->threshold, ThresholdKind::kCapsOnly);
   StatusOr<PolicyOptions> bad = PolicyOptions::Named("fastest");

@@ -67,6 +67,7 @@ void Scheduler::RunLoadControl(Seconds now) {
 }
 
 void Scheduler::AdvanceProteus(Seconds now) {
+  if (now < proteus_.next_period()) return;  // no period closes
   double capacity = 0;
   for (const Instance& i : instances_) {
     if (i.accepting) capacity += i.tokens_per_second;
