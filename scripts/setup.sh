@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake ninja-build pkg-config libopenblas-dev nlohmann-json3-dev
+          libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libcpp-httplib-dev
           libcli11-dev libgtest-dev libgmock-dev libyaml-cpp-dev gnuplot-nox
           libxgboost-dev xgboost)
 missing=()

@@ -7,6 +7,8 @@
 //   fit-denoiser  fit (or benchmark) the simulator's statistical denoising model
 //   collect-steps    step logs for the step predictor: requests under every candidate threshold
 //   train-predictor  train the step predictor (XGBoost) from step logs, with a held-out report
+//   serve     serve a model over an OpenAI-compatible HTTP API (starts its workers)
+//   worker    one model instance serving the scheduler over gRPC (started by serve)
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -15,6 +17,7 @@
 #include "cli/predictor_commands.h"
 #include "cli/model_setup.h"
 #include "cli/profile_command.h"
+#include "cli/serve_command.h"
 #include "engine/model_config.h"
 
 namespace {
@@ -88,6 +91,11 @@ int main(int argc, char** argv) {
   TrainPredictorArgs tp;
   CLI::App* tpc = AddTrainPredictorCommand(app, &tp);
 
+  ServeArgs sv;
+  CLI::App* svc = AddServeCommand(app, &sv);
+  WorkerArgs wk;
+  CLI::App* wkc = AddWorkerCommand(app, &wk);
+
   // CLI11 reports a misspelt subcommand as "a subcommand is required"; name it instead.
   if (argc > 1 && argv[1][0] != '-') {
     const std::string sub = argv[1];
@@ -115,5 +123,7 @@ int main(int argc, char** argv) {
   if (*fdc) return RunFitDenoiser(*fdc, fd);
   if (*csc) return RunCollectSteps(cs);
   if (*tpc) return RunTrainPredictor(tp);
+  if (*svc) return RunServe(sv);
+  if (*wkc) return RunWorker(wk);
   return 2;
 }

@@ -93,6 +93,43 @@ StatusOr<std::unique_ptr<DecodeState>> DiffusionEngine::NewRequest(
   return s;
 }
 
+StatusOr<std::unique_ptr<DecodeState>> DiffusionEngine::ResumeRequest(int64_t id, const std::vector<int32_t>& prompt,
+                                                                      const DecodeOptions& o,
+                                                                      const std::vector<int32_t>& output,
+                                                                      int steps) const {
+  ASSIGN_OR_RETURN(auto s, NewRequest(id, prompt, o));
+  const ModelConfig& c = config();
+  if (static_cast<int>(output.size()) != o.gen_length)
+    return InvalidArgument("resumed output has " + std::to_string(output.size()) + " positions, the gen length is " +
+                           std::to_string(o.gen_length));
+  if (steps < 0) return InvalidArgument("resumed step count must be >= 0, got " + std::to_string(steps));
+  int masked = 0;
+  for (size_t i = 0; i < output.size(); ++i) {
+    if (output[i] < 0 || output[i] >= c.vocab_size)
+      return InvalidArgument("resumed output position " + std::to_string(i) + " has id " + std::to_string(output[i]) +
+                             ", outside the " + std::to_string(c.vocab_size) + "-token vocabulary");
+    masked += output[i] == c.mask_token_id;
+  }
+  const int blocks = s->num_blocks();
+  int block = blocks;  // the first block with a masked position
+  for (int b = 0; b < blocks && block == blocks; ++b) {
+    const int lo = b * o.block_size, hi = std::min(lo + o.block_size, o.gen_length);
+    for (int p = lo; p < hi; ++p)
+      if (output[p] == c.mask_token_id) block = b;
+  }
+  for (int p = std::min((block + 1) * o.block_size, o.gen_length); p < o.gen_length; ++p)
+    if (output[p] != c.mask_token_id)
+      return InvalidArgument("resumed output position " + std::to_string(p) + " is decoded but lies after block " +
+                             std::to_string(block) + ", which still has masked positions");
+  std::copy(output.begin(), output.end(), s->tokens_.begin() + s->prompt_length_);
+  s->masked_remaining_ = masked;
+  s->block_ = block;
+  s->steps_ = steps;
+  s->steps_in_block_ = 0;  // no KV cache here yet: the next step recomputes
+  s->done_ = block >= blocks;
+  return s;
+}
+
 int DecodeState::next_step_tokens() const {
   if (next_step_kind() == StepKind::kRecompute) return static_cast<int>(tokens_.size());
   auto [lo, hi] = BlockRange(*this, block_);

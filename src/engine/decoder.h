@@ -139,6 +139,16 @@ class DiffusionEngine {
   StatusOr<std::unique_ptr<DecodeState>> NewRequest(int64_t id, const std::vector<int32_t>& prompt,
                                                     const DecodeOptions& options) const;
 
+  // A request resumed from its canonical tokens on another engine (a migration, or the
+  // scheduler re-placing the requests of a failed worker): `output` holds the output positions
+  // decoded so far and the mask id elsewhere; `steps` is how many steps it has run. Decoding
+  // goes on at the first block with a masked position, starting with a recompute step (this
+  // engine holds no KV cache for it). Earlier blocks must be complete and later ones fully
+  // masked, as block-by-block decoding leaves them.
+  StatusOr<std::unique_ptr<DecodeState>> ResumeRequest(int64_t id, const std::vector<int32_t>& prompt,
+                                                       const DecodeOptions& options,
+                                                       const std::vector<int32_t>& output, int steps) const;
+
   // One denoising step for every request of the batch (each at most once, none done), in
   // one forward call mixing recompute and cache steps. Results in batch order.
   Status Step(std::span<const StepRequest> batch, std::vector<StepResult>* results,

@@ -244,5 +244,66 @@ TEST_F(DecoderTest, RejectsBadBatches) {
   EXPECT_EQ(engine_->Step(std::span<const StepRequest>(&r, 1), &res).code(), StatusCode::kFailedPrecondition);
 }
 
+// A request resumed from its tokens at a block boundary (a migration) decodes exactly as
+// the original goes on: the resumed engine's recompute step rebuilds the same cache.
+TEST_F(DecoderTest, ResumedRequestContinuesLikeTheOriginal) {
+  auto prompt = Prompt(9, 3);
+  auto a = New(1, prompt, 16, 4, /*cache=*/true);
+  std::vector<StepResult> res;
+  StepRequest ra{a.get(), 0.6f};
+  while (a->current_block() < 2 && !a->done()) ASSERT_TRUE(engine_->Step({&ra, 1}, &res).ok());
+  ASSERT_FALSE(a->done());
+  auto b = engine_->ResumeRequest(1, prompt, a->options(), a->output_tokens(), a->steps());
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  auto& s = *b.value();
+  EXPECT_EQ(s.current_block(), a->current_block());
+  EXPECT_EQ(s.masked_remaining(), a->masked_remaining());
+  EXPECT_EQ(s.steps(), a->steps());
+  EXPECT_EQ(s.next_step_kind(), StepKind::kRecompute);
+  StepRequest rb{&s, 0.6f};
+  while (!a->done()) {
+    ASSERT_TRUE(engine_->Step({&ra, 1}, &res).ok());
+    ASSERT_TRUE(engine_->Step({&rb, 1}, &res).ok());
+  }
+  EXPECT_TRUE(s.done());
+  EXPECT_EQ(s.output_tokens(), a->output_tokens());
+}
+
+// Mid-block (a worker failed after some of the block was unmasked): the resumed state starts
+// with a recompute step in that block; a finished output is done at once.
+TEST_F(DecoderTest, ResumeMidBlockRecomputesAndFinishedIsDone) {
+  auto prompt = Prompt(6, 4);
+  auto a = New(2, prompt, 8, 8, /*cache=*/true);
+  std::vector<StepResult> res;
+  StepRequest ra{a.get(), 0.99f};
+  ASSERT_TRUE(engine_->Step({&ra, 1}, &res).ok());
+  auto out = a->output_tokens();
+  auto b = engine_->ResumeRequest(2, prompt, a->options(), out, 1);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b.value()->current_block(), 0);
+  EXPECT_EQ(b.value()->next_step_kind(), StepKind::kRecompute);
+  std::vector<int32_t> full(8, 5);
+  auto c = engine_->ResumeRequest(3, prompt, a->options(), full, 4);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c.value()->done());
+}
+
+TEST_F(DecoderTest, ResumeRejectsInconsistentOutputs) {
+  auto prompt = Prompt(6, 5);
+  const int M = model_->config.mask_token_id;
+  DecodeOptions o{16, 4, true, false, 0.0f, 0};
+  std::vector<int32_t> wrong_len(15, M);
+  EXPECT_FALSE(engine_->ResumeRequest(1, prompt, o, wrong_len, 0).ok());
+  std::vector<int32_t> gap(16, M);
+  gap[9] = 5;  // block 2 decoded while block 0 is still masked
+  EXPECT_FALSE(engine_->ResumeRequest(1, prompt, o, gap, 0).ok());
+  std::vector<int32_t> bad_id(16, M);
+  bad_id[0] = model_->config.vocab_size;
+  EXPECT_FALSE(engine_->ResumeRequest(1, prompt, o, bad_id, 0).ok());
+  std::vector<int32_t> fresh(16, M);
+  EXPECT_FALSE(engine_->ResumeRequest(1, prompt, o, fresh, -1).ok());
+  EXPECT_TRUE(engine_->ResumeRequest(1, prompt, o, fresh, 0).ok());
+}
+
 }  // namespace
 }  // namespace tediserve::engine

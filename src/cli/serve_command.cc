@@ -1,0 +1,176 @@
+#include "cli/serve_command.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "cli/model_setup.h"
+#include "serve/http_server.h"
+#include "serve/runtime.h"
+#include "serve/worker.h"
+
+namespace tediserve::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+StatusOr<std::vector<int>> IntList(const std::string& s, const std::string& flag, int lo, int hi) {
+  std::vector<int> out;
+  if (s.empty()) return out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      const int v = std::stoi(item, &used);
+      if (used != item.size() || v < lo || v > hi) throw std::out_of_range(item);
+      out.push_back(v);
+    } catch (const std::exception&) {
+      return InvalidArgument(flag + ": \"" + item + "\" is not an integer in [" + std::to_string(lo) + ", " +
+                             std::to_string(hi) + "]");
+    }
+  }
+  if (out.size() > 1024) return InvalidArgument(flag + ": too many entries");
+  return out;
+}
+
+// The model's own file if its folder has one, else data/<sub>/<name><suffix> in the source tree.
+std::string ModelFile(const std::string& model_dir, const std::string& own, const std::string& sub,
+                      const std::string& suffix) {
+  if (fs::exists(fs::path(model_dir) / own)) return (fs::path(model_dir) / own).string();
+  const std::string name = fs::path(model_dir).lexically_normal().filename().string();
+  for (const fs::path& root : {fs::path(TEDI_SOURCE_DIR), fs::path(".")})
+    if (fs::exists(root / "data" / sub / (name + suffix))) return (root / "data" / sub / (name + suffix)).string();
+  return (fs::path(model_dir) / own).string();  // named in the error
+}
+
+}  // namespace
+
+CLI::App* AddServeCommand(CLI::App& app, ServeArgs* a) {
+  a->model_dir = DefaultModelDir();
+  CLI::App* s = app.add_subcommand("serve", "serve a model over an OpenAI-compatible HTTP API");
+  s->add_option("--model", a->model_dir, "model folder (default: the bundled tiny model)");
+  s->add_option("--host", a->host, "address to bind (default 127.0.0.1)");
+  s->add_option("--port", a->port, "port (0: any free one)")->check(CLI::Range(0, 65535));
+  s->add_option("--layout", a->layout, "TP degree of each instance, e.g. 1,1 or 2 (default: one TP-1 per core)");
+  s->add_option("--cores", a->cores, "cores to run workers on, e.g. 0,1 (default: 0..n-1)");
+  s->add_option("--policy", a->policy, "tediserve, tediserve-paper, fixed, slo-aware, infaas, llumnix, proteus, ...");
+  s->add_option("--profile", a->profile, "latency profile CSV of the model on this machine (tediserve profile)");
+  s->add_option("--calibration", a->calibration, "calibration JSON: tokens per step and accuracy by threshold");
+  s->add_option("--slo-scale", a->slo_scale, "SLO of a request without slo_ms: this x its latency alone")
+      ->check(CLI::Range(0.01, 1e6));
+  s->add_option("--max-queue", a->max_queue, "live requests before new ones get 429")->check(CLI::Range(1, 1 << 20));
+  s->add_option("--api-key", a->api_key, "require 'Authorization: Bearer KEY' (or TEDISERVE_API_KEY)");
+  s->add_option("--max-body-kb", a->max_body_kb, "largest request body")->check(CLI::Range(1, 1 << 20));
+  s->add_option("--max-prompt-chars", a->max_prompt_chars, "longest prompt in bytes")->check(CLI::Range(1, 1 << 26));
+  s->add_option("--http-threads", a->http_threads, "connections served at once")->check(CLI::Range(4, 8192));
+  s->add_option("--drain-seconds", a->drain_s, "on SIGTERM, how long in-flight requests may finish")
+      ->check(CLI::Range(0.0, 3600.0));
+  s->add_flag("--no-cache", a->no_cache, "recompute every step (no approximate KV cache)");
+  s->add_option("--port-file", a->port_file, "write the bound port to this file once listening");
+  return s;
+}
+
+CLI::App* AddWorkerCommand(CLI::App& app, WorkerArgs* a) {
+  a->model_dir = DefaultModelDir();
+  CLI::App* w = app.add_subcommand("worker", "one model instance serving a scheduler over gRPC (started by serve)");
+  w->add_option("--model", a->model_dir, "model folder");
+  w->add_option("--tp", a->tp, "tensor-parallel degree (cores)")->check(CLI::Range(1, 256));
+  w->add_option("--listen", a->listen, "HOST:PORT to listen on (port 0: any)");
+  w->add_option("--cores", a->cores, "pin to these cores, e.g. 0,1");
+  w->add_flag("--exit-on-stdin-eof", a->exit_on_stdin_eof, "exit when stdin closes (set by the launcher)");
+  return w;
+}
+
+int RunWorker(const WorkerArgs& a) {
+  auto cores = IntList(a.cores, "--cores", 0, 4095);
+  if (!cores.ok()) return ReportError(cores.status());
+  serve::WorkerOptions o;
+  o.model_dir = a.model_dir;
+  o.tp = a.tp;
+  o.listen = a.listen;
+  o.cores = *cores;
+  if (const char* t = std::getenv("TEDISERVE_WORKER_TOKEN")) o.token = t;
+  Status s = serve::RunWorker(o, a.exit_on_stdin_eof);
+  return s.ok() ? 0 : ReportError(s);
+}
+
+int RunServe(const ServeArgs& a) {
+  // SIGTERM / SIGINT go to one waiting thread (blocked before any other thread starts).
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  serve::RuntimeOptions ro;
+  ro.model_dir = a.model_dir;
+  if (!fs::is_directory(a.model_dir)) return ReportError(NotFound("--model " + a.model_dir + ": no such folder"));
+  auto layout = IntList(a.layout, "--layout", 1, 64);
+  if (!layout.ok()) return ReportError(layout.status());
+  auto cores = IntList(a.cores, "--cores", 0, 4095);
+  if (!cores.ok()) return ReportError(cores.status());
+  const int ncpu = std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  ro.layout = layout->empty() ? std::vector<int>(static_cast<size_t>(cores->empty() ? ncpu : cores->size()), 1)
+                              : *layout;
+  ro.cores = *cores;
+  ro.policy = a.policy;
+  ro.profile_csv = a.profile.empty() ? ModelFile(a.model_dir, "latency_profile.csv", "profiles", "-cpu.csv") : a.profile;
+  ro.calibration = a.calibration.empty() ? ModelFile(a.model_dir, "calibration.json", "calibrations", ".json")
+                                         : a.calibration;
+  ro.slo_scale = a.slo_scale;
+  ro.max_live = a.max_queue;
+  ro.use_cache = !a.no_cache;
+  // A fresh secret per run: workers accept only this scheduler.
+  {
+    std::ifstream ur("/dev/urandom", std::ios::binary);
+    unsigned char b[16] = {};
+    ur.read(reinterpret_cast<char*>(b), sizeof b);
+    static const char* hex = "0123456789abcdef";
+    for (unsigned char c : b) ro.worker_token += std::string{hex[c >> 4], hex[c & 15]};
+  }
+  auto rt = serve::Runtime::Start(ro);
+  if (!rt.ok()) return ReportError(rt.status());
+
+  serve::HttpOptions ho;
+  ho.host = a.host;
+  ho.port = a.port;
+  ho.api_key = a.api_key;
+  if (ho.api_key.empty())
+    if (const char* k = std::getenv("TEDISERVE_API_KEY")) ho.api_key = k;
+  ho.max_body_bytes = static_cast<size_t>(a.max_body_kb) * 1024;
+  ho.max_prompt_chars = a.max_prompt_chars;
+  ho.threads = a.http_threads;
+  serve::HttpServer http(rt->get(), ho);
+  auto port = http.Bind();
+  if (!port.ok()) return ReportError(port.status());
+  std::cerr << "tediserve serve: " << (*rt)->model_name() << " on http://" << a.host << ":" << *port << " ("
+            << ro.layout.size() << " instance(s), policy " << a.policy << ")" << std::endl;
+  if (!a.port_file.empty()) {
+    const std::string tmp = a.port_file + ".tmp";
+    std::ofstream(tmp) << *port << "\n";
+    std::rename(tmp.c_str(), a.port_file.c_str());
+  }
+  std::thread signals([&] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    std::cerr << "tediserve serve: draining (up to " << a.drain_s << " s)" << std::endl;
+    (*rt)->Drain(a.drain_s);
+    http.Stop();
+  });
+  http.Serve();
+  signals.join();
+  rt->reset();
+  std::cerr << "tediserve serve: stopped" << std::endl;
+  return 0;
+}
+
+}  // namespace tediserve::cli

@@ -1,0 +1,46 @@
+// `tediserve serve` (HTTP front end + policy core + local workers) and `tediserve worker`
+// (one model instance), docs/design.md section 5.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace tediserve::cli {
+
+struct ServeArgs {
+  std::string model_dir;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string layout = "";       // e.g. "1,1" (two TP-1 instances) or "2"; default: one TP-1 per core
+  std::string cores;             // e.g. "0,1"; default 0..n-1
+  std::string policy = "tediserve";
+  std::string profile, calibration;  // default: the model's, from its folder or data/
+  double slo_scale = 10;
+  int max_queue = 256;
+  std::string api_key;           // also from TEDISERVE_API_KEY
+  int max_body_kb = 1024;
+  int max_prompt_chars = 65536;
+  int http_threads = 512;
+  double drain_s = 10;
+  bool no_cache = false;
+  std::string port_file;         // write the bound port here once listening (tests, scripts)
+};
+
+struct WorkerArgs {
+  std::string model_dir;
+  int tp = 1;
+  std::string listen = "127.0.0.1:0";
+  std::string cores;
+  bool exit_on_stdin_eof = false;
+};
+
+CLI::App* AddServeCommand(CLI::App& app, ServeArgs* args);
+CLI::App* AddWorkerCommand(CLI::App& app, WorkerArgs* args);
+int RunServe(const ServeArgs& args);
+int RunWorker(const WorkerArgs& args);
+
+}  // namespace tediserve::cli

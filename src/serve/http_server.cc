@@ -1,0 +1,261 @@
+#include "serve/http_server.h"
+
+#include <httplib.h>
+
+#include <ctime>
+
+#include "common/input.h"
+#include "serve/openai_api.h"
+
+namespace tediserve::serve {
+namespace {
+
+using nlohmann::json;
+
+void SendError(httplib::Response& res, const ApiError& e, Metrics* m) {
+  res.status = e.status;
+  res.set_content(ErrorBody(e), "application/json");
+  if (m) m->Add("tediserve_http_errors_total", 1, {{"status", std::to_string(e.status)}});
+}
+
+ApiError FromStatus(const Status& s) {
+  ApiError e;
+  e.message = s.message();
+  switch (s.code()) {
+    case StatusCode::kResourceExhausted:
+      e.status = 429;
+      e.type = "rate_limit_error";
+      e.code = "queue_full";
+      break;
+    case StatusCode::kUnavailable:
+      e.status = 503;
+      e.type = "server_error";
+      break;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kOutOfRange:
+      e.status = 400;
+      break;
+    default:
+      e.status = 500;
+      e.type = "server_error";
+  }
+  return e;
+}
+
+// The error for a request that left without completing (and was not cut by a stop sequence).
+ApiError FromRecord(const host::RequestRecord& r) {
+  ApiError e;
+  e.message = r.reason.empty() ? std::string("the request ended: ") + host::OutcomeName(r.outcome) : r.reason;
+  switch (r.outcome) {
+    case host::Outcome::kRejected:
+      e.status = r.reason.find("admission") != std::string::npos || r.reason.find("full") != std::string::npos ||
+                         r.reason.find("live") != std::string::npos
+                     ? 429
+                     : 400;
+      e.type = e.status == 429 ? "rate_limit_error" : "invalid_request_error";
+      break;
+    case host::Outcome::kCancelled:
+      e.status = 499;
+      e.type = "server_error";
+      break;
+    default:
+      e.status = 503;
+      e.type = "server_error";
+  }
+  return e;
+}
+
+std::string Sse(const json& j) { return "data: " + j.dump() + "\n\n"; }
+
+}  // namespace
+
+HttpServer::HttpServer(Runtime* runtime, HttpOptions options)
+    : rt_(runtime), options_(std::move(options)), svr_(std::make_unique<httplib::Server>()) {
+  const int threads = std::max(4, options_.threads);
+  svr_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  svr_->set_payload_max_length(options_.max_body_bytes);
+  svr_->set_keep_alive_timeout(options_.keep_alive_s);
+  svr_->set_read_timeout(options_.read_timeout_s, 0);
+  svr_->set_write_timeout(30, 0);
+  svr_->set_tcp_nodelay(true);
+  Routes();
+}
+
+HttpServer::~HttpServer() { Stop(); }
+
+StatusOr<int> HttpServer::Bind() {
+  int port = options_.port;
+  if (port == 0) port = svr_->bind_to_any_port(options_.host);
+  else if (!svr_->bind_to_port(options_.host, port)) port = -1;
+  if (port <= 0)
+    return Unavailable("cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
+                       " (in use, or not an address of this machine)");
+  return port;
+}
+
+void HttpServer::Serve() { svr_->listen_after_bind(); }
+void HttpServer::Stop() {
+  if (svr_) svr_->stop();
+}
+
+void HttpServer::Routes() {
+  Runtime* rt = rt_;
+  Metrics* m = &rt->metrics();
+  const std::string key = options_.api_key;
+  auto authorized = [key](const httplib::Request& req) {
+    return key.empty() || req.get_header_value("Authorization") == "Bearer " + key;
+  };
+  ApiLimits limits;
+  limits.model_name = rt->model_name();
+  limits.context = rt->config().max_seq_len;
+  limits.default_gen_length = rt->default_gen_length();
+  limits.block_size = rt->block_size();
+  limits.max_prompt_chars = options_.max_prompt_chars;
+  limits.mask_id = rt->config().mask_token_id;
+
+  svr_->Get("/health", [rt](const httplib::Request&, httplib::Response& res) {
+    const int up = rt->instances_up();
+    res.status = up > 0 ? 200 : 503;
+    res.set_content(json({{"status", up > 0 ? "ok" : "no worker up"}, {"instances_up", up}}).dump(),
+                    "application/json");
+  });
+  svr_->Get("/metrics", [m](const httplib::Request&, httplib::Response& res) {
+    res.set_content(m->Render(), "text/plain; version=0.0.4");
+  });
+  svr_->Get("/v1/models", [rt, authorized, m](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req)) {
+      ApiError e{401, "missing or wrong API key (Authorization: Bearer ...)", "invalid_request_error", "", "invalid_api_key"};
+      return SendError(res, e, m);
+    }
+    json model = {{"id", rt->model_name()}, {"object", "model"}, {"created", 0}, {"owned_by", "tediserve"}};
+    res.set_content(json({{"object", "list"}, {"data", json::array({model})}}).dump(), "application/json");
+  });
+
+  auto completion = [rt, authorized, limits, m](const httplib::Request& req, httplib::Response& res, bool chat) {
+    if (!authorized(req)) {
+      ApiError e{401, "missing or wrong API key (Authorization: Bearer ...)", "invalid_request_error", "", "invalid_api_key"};
+      return SendError(res, e, m);
+    }
+    auto parsed = ParseCompletionRequest(req.body, chat, limits, rt->tokenizer());
+    if (auto* e = std::get_if<ApiError>(&parsed)) return SendError(res, *e, m);
+    auto creq = std::make_shared<CompletionRequest>(std::move(std::get<CompletionRequest>(parsed)));
+    auto ch = rt->Submit(creq->params);
+    if (!ch.ok()) {
+      if (ch.status().code() == StatusCode::kResourceExhausted) res.set_header("Retry-After", "1");
+      return SendError(res, FromStatus(ch.status()), m);
+    }
+    std::shared_ptr<RequestChannel> channel = *ch;
+    ResponseInfo info{(chat ? "chatcmpl-" : "cmpl-") + std::to_string(channel->id()),
+                      static_cast<int64_t>(std::time(nullptr)), rt->model_name(),
+                      static_cast<int>(creq->params.prompt.size())};
+    const int32_t mask = rt->config().mask_token_id;
+    if (!creq->stream) {
+      RequestView v;
+      bool cut = false;
+      while (true) {
+        channel->Wait(v.version, 1.0, &v);
+        if (v.done) break;
+        if (!cut && TextOf(v.output, rt->tokenizer(), mask, creq->stop).finished) {
+          rt->Cancel(channel->id());  // a stop sequence or EOS: nothing after it matters
+          cut = true;
+        }
+      }
+      const FinalText t = TextOf(v.output, rt->tokenizer(), mask, creq->stop);
+      const bool ok = v.record.outcome == host::Outcome::kCompleted ||
+                      (v.record.outcome == host::Outcome::kCancelled && t.finished);
+      if (!ok) {
+        if (v.record.outcome == host::Outcome::kRejected) res.set_header("Retry-After", "1");
+        return SendError(res, FromRecord(v.record), m);
+      }
+      res.set_content(CompletionResponse(*creq, info, t, v).dump(), "application/json");
+      return;
+    }
+    // Streaming: a request refused at once gets a status code, not a stream.
+    RequestView first;
+    channel->Wait(0, 0.05, &first);
+    if (first.done && first.record.outcome == host::Outcome::kRejected) {
+      res.set_header("Retry-After", "1");
+      return SendError(res, FromRecord(first.record), m);
+    }
+    struct StreamState {
+      uint64_t seen = 0;
+      size_t sent = 0;
+      bool first = true;
+      bool cancelled = false;
+    };
+    auto st = std::make_shared<StreamState>();
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [rt, creq, info, channel, st, mask](size_t, httplib::DataSink& sink) {
+          auto write = [&](const std::string& s) {
+            if (!sink.is_writable() || !sink.write(s.data(), s.size())) {
+              rt->Cancel(channel->id());  // the client went away
+              return false;
+            }
+            return true;
+          };
+          RequestView v;
+          if (!channel->Wait(st->seen, 2.0, &v)) return write(": keep-alive\n\n");
+          st->seen = v.version;
+          for (const auto& c : v.canvases) {
+            json cj = {{"id", info.id}, {"object", "tediserve.canvas"}, {"model", info.model}};
+            json pos = json::array();
+            std::string text;
+            for (size_t p = 0; p < c.size(); ++p) {
+              const bool fin = c[p] != mask;
+              pos.push_back(fin);
+              text += fin ? rt->tokenizer().Decode({c[p]}, -1) : std::string("_");
+            }
+            cj["canvas"] = SanitizeUtf8(text);
+            cj["final"] = pos;
+            if (!write("event: canvas\n" + Sse(cj))) return false;
+          }
+          const FinalText t = TextOf(v.output, rt->tokenizer(), mask, creq->stop);
+          const size_t n = StreamableLength(t.text, creq->stop, t.finished);
+          if (n > st->sent) {
+            if (!write(Sse(StreamChunk(*creq, info, t.text.substr(st->sent, n - st->sent), st->first, "")))) return false;
+            st->sent = n;
+            st->first = false;
+          }
+          if (t.finished && !v.done && !st->cancelled) {
+            rt->Cancel(channel->id());
+            st->cancelled = true;
+          }
+          if (!v.done) return true;
+          const bool ok = v.record.outcome == host::Outcome::kCompleted ||
+                          (v.record.outcome == host::Outcome::kCancelled && t.finished);
+          if (!ok) {
+            const ApiError e = FromRecord(v.record);
+            if (!write(Sse(json::parse(ErrorBody(e))))) return false;
+          } else {
+            const std::string finish = (t.eos || t.stopped) ? "stop" : "length";
+            if (!write(Sse(StreamChunk(*creq, info, "", st->first, finish)))) return false;
+            if (creq->include_usage && !write(Sse(UsageChunk(*creq, info, t.tokens, v)))) return false;
+          }
+          if (!write("data: [DONE]\n\n")) return false;
+          sink.done();
+          return true;
+        });
+  };
+  svr_->Post("/v1/completions", [completion](const httplib::Request& q, httplib::Response& r) { completion(q, r, false); });
+  svr_->Post("/v1/chat/completions",
+             [completion](const httplib::Request& q, httplib::Response& r) { completion(q, r, true); });
+
+  svr_->set_error_handler([m](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    ApiError e;
+    e.status = res.status;
+    if (res.status == 404) e.message = "no such endpoint: " + req.method + " " + req.path;
+    else if (res.status == 413) e.message = "the request body is too large";
+    else if (res.status == 405) e.message = "method not allowed";
+    else e.message = "bad request";
+    SendError(res, e, m);
+  });
+  svr_->set_exception_handler([m](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+    ApiError e{500, "internal error", "server_error", "", ""};
+    SendError(res, e, m);
+  });
+}
+
+}  // namespace tediserve::serve

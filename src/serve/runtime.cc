@@ -1,0 +1,564 @@
+#include "serve/runtime.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <future>
+#include <iostream>
+
+#include "common/input.h"
+#include "engine/model_config.h"
+#include "sim/calibration.h"
+
+namespace tediserve::serve {
+namespace {
+
+constexpr double kNever = std::numeric_limits<double>::infinity();
+
+const std::vector<double> kLatencyBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                            0.5,   1,      2.5,   5,    10,    30,   60};
+
+void Log(const std::string& m) { std::cerr << "tediserve serve: " << m << std::endl; }
+
+}  // namespace
+
+bool RequestChannel::Wait(uint64_t seen, double timeout_s, RequestView* out) {
+  std::unique_lock<std::mutex> l(mu_);
+  const bool changed = cv_.wait_for(l, std::chrono::duration<double>(timeout_s),
+                                    [&] { return view_.version > seen || view_.done; });
+  *out = view_;
+  view_.canvases.clear();
+  return changed;
+}
+
+StatusOr<std::unique_ptr<Runtime>> Runtime::Start(RuntimeOptions o) {
+  if (o.layout.empty()) return InvalidArgument("--layout: at least one instance");
+  int need = 0;
+  for (int tp : o.layout) {
+    if (tp < 1 || tp > 64) return InvalidArgument("--layout: TP degrees must be in [1, 64]");
+    need += tp;
+  }
+  if (o.cores.empty())
+    for (int c = 0; c < need; ++c) o.cores.push_back(c % std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN))));
+  if (static_cast<int>(o.cores.size()) < need)
+    return InvalidArgument("--cores: the layout needs " + std::to_string(need) + " cores, " +
+                           std::to_string(o.cores.size()) + " given");
+  if (o.max_live < 1) return InvalidArgument("--max-queue must be >= 1");
+  if (!(o.slo_scale > 0) || !std::isfinite(o.slo_scale)) return InvalidArgument("--slo-scale must be > 0");
+  if (o.worker_exe.empty()) o.worker_exe = SelfExe();
+
+  std::unique_ptr<Runtime> rt(new Runtime());
+  rt->t0_ = std::chrono::steady_clock::now();
+  {
+    const std::string path = (std::filesystem::path(o.model_dir) / "config.json").string();
+    ASSIGN_OR_RETURN(const std::string text, ReadFile(path, "model config", std::uint64_t{16} << 20));
+    ASSIGN_OR_RETURN(rt->model_config_, engine::ModelConfig::FromJson(text, path));
+  }
+  ASSIGN_OR_RETURN(engine::Tokenizer tok,
+                   engine::Tokenizer::FromFile((std::filesystem::path(o.model_dir) / "tokenizer.json").string()));
+  rt->tokenizer_ = std::make_unique<engine::Tokenizer>(std::move(tok));
+  ASSIGN_OR_RETURN(const engine::GenerationDefaults d, engine::LoadGenerationDefaults(o.model_dir));
+  rt->default_gen_ = d.gen_length;
+  rt->block_size_ = d.block_size;
+  rt->model_name_ = std::filesystem::path(o.model_dir).lexically_normal().filename().string();
+  if (rt->model_name_.empty()) rt->model_name_ = std::filesystem::path(o.model_dir).parent_path().filename().string();
+
+  auto prof = policy::LatencyProfile::LoadCsv(o.profile_csv);
+  if (!prof.ok()) return prof.status().WithContext("--profile");
+  rt->profile_ = std::move(prof).value();
+  for (int tp : o.layout)
+    if (!rt->profile_.HasTp(tp))
+      return InvalidArgument("--profile " + o.profile_csv + " has no column for TP degree " + std::to_string(tp));
+  auto cal = sim::LoadCalibration(o.calibration);
+  if (!cal.ok()) return cal.status().WithContext("--calibration");
+
+  ASSIGN_OR_RETURN(policy::PolicyOptions po, policy::PolicyOptions::Named(o.policy));
+  po.block_size = rt->block_size_;
+  po.cache = o.use_cache;
+  po.max_live_requests = o.max_live;
+  host::HostOptions ho;
+  for (double c : po.thresholds) {
+    po.tokens_per_step.push_back(cal->TokensPerStepAt(c));
+    po.accuracy.push_back(cal->AccuracyAt(c));
+  }
+  ho.estimator.thresholds = po.thresholds;
+  ho.estimator.tokens_per_step = po.tokens_per_step;
+  ho.policy = po;
+  ho.slo_scale = o.slo_scale;
+  const sim::Calibration c = *cal;
+  ho.accuracy = [c](double t) { return c.AccuracyAt(t); };
+  rt->options_ = o;
+  rt->DeclareMetrics();
+
+  // Workers, started side by side; the host starts with those that came up.
+  size_t next_core = 0;
+  std::vector<std::future<Status>> starts;
+  for (size_t i = 0; i < o.layout.size(); ++i) {
+    Instance inst;
+    inst.info.id = static_cast<policy::InstanceId>(i);
+    inst.info.tp = o.layout[i];
+    for (int k = 0; k < o.layout[i]; ++k) inst.info.devices.push_back(o.cores[next_core++]);
+    rt->instances_[inst.info.id] = std::move(inst);
+  }
+  for (auto& [id, inst] : rt->instances_) {
+    Instance* p = &inst;
+    Runtime* r = rt.get();
+    starts.push_back(std::async(std::launch::async, [r, p, id = id] {
+      WorkerLaunch wl{r->options_.worker_exe, r->options_.model_dir, p->info.tp, p->info.devices,
+                      r->options_.worker_token};
+      ASSIGN_OR_RETURN(p->proc, LaunchWorker(wl));
+      p->generation = 1;
+      const int gen = p->generation;
+      auto client = WorkerClient::Connect(
+          p->proc.address, r->options_.worker_token, 30,
+          [r](rpc::BatchResult res) { r->Post([r, res = std::move(res)]() mutable { r->OnResult(std::move(res)); }); },
+          [r, id, gen](const std::string& why) { r->Post([r, id, gen, why] { r->OnWorkerLost(id, gen, why); }); });
+      if (!client.ok()) {
+        StopWorker(&p->proc);
+        return client.status();
+      }
+      p->client = std::move(client).value();
+      p->up = true;
+      return Status::Ok();
+    }));
+  }
+  Status first_error;
+  for (auto& f : starts) {
+    Status s = f.get();
+    if (!s.ok() && first_error.ok()) first_error = s;
+  }
+  if (!first_error.ok()) {
+    for (auto& [id, inst] : rt->instances_) {
+      if (inst.client) inst.client->Close();
+      StopWorker(&inst.proc);
+    }
+    return first_error.WithContext("starting workers");
+  }
+  for (auto& [id, inst] : rt->instances_) ho.instances.push_back(inst.info);
+  rt->up_count_ = static_cast<int>(rt->instances_.size());
+  auto host = host::Host::Create(std::move(ho), &rt->profile_);
+  if (!host.ok()) return host.status();
+  rt->host_ = std::move(host).value();
+  rt->UpdateGauges();
+  rt->loop_ = std::thread([p = rt.get()] { p->Loop(); });
+  return rt;
+}
+
+Runtime::~Runtime() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+  if (loop_.joinable()) loop_.join();
+  for (auto& t : starters_)
+    if (t.joinable()) t.join();
+  for (auto& [id, inst] : instances_) {
+    if (inst.client) inst.client->Close();
+    StopWorker(&inst.proc);
+  }
+}
+
+double Runtime::Now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+}
+
+void Runtime::Post(std::function<void()> task) {
+  std::lock_guard<std::mutex> l(mu_);
+  tasks_.push_back(std::move(task));
+  cv_.notify_one();
+}
+
+int Runtime::instances_up() const { return up_count_.load(); }
+
+std::vector<int> Runtime::WorkerPids() const {
+  auto done = std::make_shared<std::promise<std::vector<int>>>();
+  auto fut = done->get_future();
+  const_cast<Runtime*>(this)->Post([this, done] {
+    std::vector<int> pids;
+    for (const auto& [id, inst] : instances_)
+      if (inst.up) pids.push_back(inst.proc.pid);
+    done->set_value(pids);
+  });
+  return fut.get();
+}
+
+void Runtime::DeclareMetrics() {
+  Metrics& m = metrics_;
+  m.Counter("tediserve_requests_total", "Requests that left, by outcome.");
+  m.Counter("tediserve_slo_met_total", "Completed requests that met their SLO.");
+  m.Counter("tediserve_slo_missed_total", "Completed requests that missed their SLO.");
+  m.Counter("tediserve_http_errors_total", "Requests refused before reaching the scheduler, by HTTP status.");
+  m.Histogram("tediserve_request_latency_seconds", "End-to-end latency of completed requests.", kLatencyBounds);
+  m.Histogram("tediserve_queue_seconds", "From arrival to the first step's result.", kLatencyBounds);
+  m.Histogram("tediserve_first_final_text_seconds", "From arrival until the first output position was final.",
+              kLatencyBounds);
+  m.Gauge("tediserve_live_requests", "Requests in the scheduler.");
+  m.Gauge("tediserve_waiting_requests", "Live requests not placed on an instance.");
+  m.Histogram("tediserve_step_threshold", "Confidence threshold of each request step.",
+              {0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0});
+  m.Counter("tediserve_request_steps_total", "Request steps run (one request in one batch).");
+  m.Counter("tediserve_tokens_unmasked_total", "Output tokens unmasked.");
+  m.Histogram("tediserve_batch_requests", "Requests per step batch.", {1, 2, 4, 8, 16, 32, 64, 128});
+  m.Histogram("tediserve_step_seconds", "Step batch time measured by the worker.", kLatencyBounds);
+  m.Gauge("tediserve_instances", "Model instances by TP degree and state.");
+  m.Counter("tediserve_migrations_total", "Requests moved to another instance.");
+  m.Counter("tediserve_worker_failures_total", "Workers that died or stopped answering.");
+  m.Counter("tediserve_batch_failures_total", "Step batches a worker refused.");
+  m.Gauge("tediserve_predictor_fallbacks", "Step predictions that fell back to the one-shot estimate.");
+  m.Counter("tediserve_scheduler_seconds_total", "Time the loop thread spent in the policy core.");
+  m.Counter("tediserve_step_seconds_total", "Time workers spent in steps.");
+}
+
+StatusOr<std::shared_ptr<RequestChannel>> Runtime::Submit(const GenerateParams& p) {
+  if (!accepting_) return Unavailable("the server is shutting down");
+  if (live_count_.load() >= options_.max_live)
+    return ResourceExhausted("the queue is full (" + std::to_string(options_.max_live) + " live requests)");
+  auto ch = std::make_shared<RequestChannel>();
+  ch->id_ = next_id_++;
+  ++live_count_;
+  Post([this, p, ch] {
+    const double now = Now();
+    Live l;
+    l.params = p;
+    l.channel = ch;
+    l.arrival = now;
+    l.output.assign(static_cast<size_t>(p.gen_length), model_config_.mask_token_id);
+    live_[ch->id_] = std::move(l);
+    policy::RequestSpec spec;
+    spec.id = ch->id_;
+    spec.arrival = now;
+    spec.prompt_len = static_cast<int>(p.prompt.size());
+    spec.output_len = p.gen_length;
+    spec.slo = p.slo_s;
+    spec.priority = p.priority;
+    spec.min_threshold = p.min_threshold;
+    spec.max_threshold = p.max_threshold;
+    const auto t = std::chrono::steady_clock::now();
+    Status s = draining_ ? Unavailable("the server is shutting down") : host_->Submit(spec, now);
+    metrics_.Add("tediserve_scheduler_seconds_total",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
+    if (!s.ok()) {
+      host::RequestRecord rec;
+      rec.id = ch->id_;
+      rec.arrival = rec.finish = now;
+      rec.outcome = host::Outcome::kRejected;
+      rec.reason = s.message();
+      Finish(rec);
+    }
+  });
+  return ch;
+}
+
+void Runtime::Cancel(policy::RequestId id) {
+  Post([this, id] {
+    if (!live_.count(id)) return;
+    (void)host_->Cancel(id, Now());  // NotFound: it left meanwhile
+  });
+}
+
+void Runtime::Drain(double deadline_s) {
+  accepting_ = false;
+  Post([this] { draining_ = true; });
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(deadline_s);
+  while (live_count_.load() > 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto done = std::make_shared<std::promise<void>>();
+  auto fut = done->get_future();
+  Post([this, done] {
+    if (!live_.empty()) {
+      (void)host_->FailAll(Now(), "the server shut down before the request finished");
+      Absorb(Now());
+    }
+    done->set_value();
+  });
+  fut.wait();
+}
+
+void Runtime::Loop() {
+  while (true) {
+    std::deque<std::function<void()>> tasks;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      double wake = host_->NextWakeup();
+      for (const auto& [id, f] : flights_) wake = std::min(wake, f.deadline);
+      const double now = Now();
+      const double wait = std::clamp(std::isfinite(wake) ? wake - now : 1.0, 0.0, 1.0);
+      cv_.wait_for(l, std::chrono::duration<double>(wait), [&] { return stop_ || !tasks_.empty(); });
+      if (stop_) return;
+      tasks.swap(tasks_);
+    }
+    for (auto& t : tasks) t();
+    const double now = Now();
+    const auto t = std::chrono::steady_clock::now();
+    if (now >= host_->NextWakeup()) (void)host_->Tick(now);
+    metrics_.Add("tediserve_scheduler_seconds_total",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
+    // A worker that stops answering: its batch is lost and the worker replaced.
+    std::vector<std::pair<policy::InstanceId, int>> stuck;
+    for (const auto& [id, f] : flights_)
+      if (now > f.deadline) stuck.emplace_back(f.instance, instances_[f.instance].generation);
+    for (auto [inst, gen] : stuck) OnWorkerLost(inst, gen, "no answer within the step timeout");
+    Absorb(now);
+    UpdateGauges();
+  }
+}
+
+void Runtime::Absorb(double now) {
+  host::HostOutput& out = host_->output();
+  while (!out.batches.empty() || !out.left.empty() || !out.drained.empty()) {
+    host::HostOutput o = std::move(out);
+    out.clear();
+    for (const policy::StepBatch& b : o.batches) SendBatch(b, now);
+    for (host::RequestRecord& r : o.left) Finish(std::move(r));
+    for (policy::InstanceId id : o.drained) {
+      (void)host_->RemoveInstance(id, now, false);
+      auto it = instances_.find(id);
+      if (it != instances_.end()) {
+        it->second.up = false;
+        if (it->second.client) it->second.client->Close();
+        StopWorker(&it->second.proc);
+        --up_count_;
+      }
+    }
+  }
+}
+
+void Runtime::SendBatch(const policy::StepBatch& b, double now) {
+  Instance& inst = instances_[b.instance];
+  rpc::StepBatch msg;
+  msg.set_batch_id(static_cast<uint64_t>(b.id));
+  for (const policy::StepCommand& c : b.commands) {
+    Live& l = live_.at(c.id);
+    if (l.holder != b.instance) {
+      if (l.holder >= 0) {
+        instances_[l.holder].release.push_back(c.id);
+        metrics_.Add("tediserve_migrations_total", 1);
+      }
+      rpc::RequestState* st = msg.add_states();
+      st->set_id(c.id);
+      st->mutable_prompt()->Add(l.params.prompt.begin(), l.params.prompt.end());
+      if (l.steps > 0) st->mutable_output()->Add(l.output.begin(), l.output.end());
+      rpc::DecodeParams* dp = st->mutable_params();
+      dp->set_gen_length(l.params.gen_length);
+      dp->set_block_size(l.params.block_size);
+      dp->set_use_cache(options_.use_cache);
+      dp->set_eos_early_stop(l.params.eos_early_stop);
+      dp->set_temperature(l.params.temperature);
+      dp->set_seed(l.params.seed);
+      st->set_steps(l.steps);
+      l.holder = b.instance;
+    }
+    rpc::StepCommand* sc = msg.add_commands();
+    sc->set_id(c.id);
+    sc->set_threshold(static_cast<float>(c.threshold));
+    sc->set_recompute(c.recompute);
+  }
+  for (policy::RequestId id : inst.release) msg.add_release(id);
+  inst.release.clear();
+  flights_[b.id] = Flight{b.instance, now, now + std::max(options_.step_timeout_s, 50 * b.expected_seconds)};
+  metrics_.Observe("tediserve_batch_requests", static_cast<double>(b.commands.size()));
+  if (!inst.up || !inst.client || !inst.client->Send(msg)) {
+    // The stream is gone; the worker-lost event (posted by its reader) fails this batch too.
+    if (!inst.up) OnWorkerLost(b.instance, inst.generation, "batch for an instance that is down");
+  }
+}
+
+void Runtime::Publish(Live& l, bool step) {
+  std::lock_guard<std::mutex> g(l.channel->mu_);
+  RequestView& v = l.channel->view_;
+  v.output = l.output;
+  v.thresholds = l.thresholds;
+  v.steps = l.steps;
+  if (step && l.params.canvas) v.canvases.push_back(l.output);
+  ++v.version;
+  l.channel->cv_.notify_all();
+}
+
+void Runtime::OnResult(rpc::BatchResult r) {
+  const double now = Now();
+  const auto fit = flights_.find(static_cast<policy::BatchId>(r.batch_id()));
+  if (fit == flights_.end()) return;  // a batch already given up (its worker failed)
+  const Flight flight = fit->second;
+  flights_.erase(fit);
+  const policy::BatchId bid = static_cast<policy::BatchId>(r.batch_id());
+  const auto t = std::chrono::steady_clock::now();
+  if (!r.error().empty()) {
+    Log("worker " + std::to_string(flight.instance) + " refused batch " + std::to_string(bid) + ": " + r.error());
+    metrics_.Add("tediserve_batch_failures_total", 1);
+    // The worker changed nothing, but its copies may disagree with ours: resend them.
+    if (const policy::StepBatch* b = host_->InFlight(bid))
+      for (const auto& c : b->commands)
+        if (auto it = live_.find(c.id); it != live_.end() && it->second.holder == flight.instance) {
+          instances_[flight.instance].release.push_back(c.id);
+          it->second.holder = -1;
+        }
+    (void)host_->BatchFailed(bid, now);
+  } else {
+    metrics_.Observe("tediserve_step_seconds", r.seconds());
+    metrics_.Add("tediserve_step_seconds_total", r.seconds());
+    std::unordered_map<policy::RequestId, double> threshold_of;
+    if (const policy::StepBatch* b = host_->InFlight(bid))
+      for (const auto& c : b->commands) threshold_of[c.id] = c.threshold;
+    std::vector<policy::StepOutcome> outcomes;
+    outcomes.reserve(static_cast<size_t>(r.results_size()));
+    for (const rpc::StepResult& s : r.results()) {
+      auto it = live_.find(s.id());
+      if (it == live_.end()) continue;
+      Live& l = it->second;
+      const int n = std::min(s.positions_size(), s.tokens_size());
+      for (int k = 0; k < n; ++k) {
+        const int pos = s.positions(k);
+        if (pos >= 0 && pos < static_cast<int>(l.output.size())) l.output[static_cast<size_t>(pos)] = s.tokens(k);
+      }
+      if (s.eos_from() > 0)
+        for (size_t p = static_cast<size_t>(s.eos_from()); p < l.output.size(); ++p)
+          l.output[p] = model_config_.eos_token_id;
+      const double th = threshold_of.count(s.id()) ? threshold_of[s.id()] : 0;
+      if (l.steps == 0) metrics_.Observe("tediserve_queue_seconds", flight.launched - l.arrival);
+      ++l.steps;
+      l.thresholds.push_back(th);
+      if (l.first_final < 0 && !l.output.empty() && l.output[0] != model_config_.mask_token_id) {
+        l.first_final = now;
+      }
+      metrics_.Observe("tediserve_step_threshold", th);
+      metrics_.Add("tediserve_request_steps_total", 1);
+      metrics_.Add("tediserve_tokens_unmasked_total", n);
+      Publish(l, true);
+      policy::StepOutcome o;
+      o.id = s.id();
+      o.unmasked = n;
+      o.block_done = s.block_done();
+      o.request_done = s.request_done();
+      o.features.block = {s.block().count(), s.block().min(), s.block().q1(), s.block().median(), s.block().q3(),
+                          s.block().mean()};
+      o.features.output = {s.output().count(), s.output().min(), s.output().q1(), s.output().median(),
+                           s.output().q3(), s.output().mean()};
+      for (int k = 0; k < s.block_above_size() && k < static_cast<int>(o.features.block_above.size()); ++k)
+        o.features.block_above[static_cast<size_t>(k)] = s.block_above(k);
+      if (o.request_done) l.holder = -1;  // the worker dropped its copy
+      outcomes.push_back(o);
+    }
+    Status st = host_->BatchDone(bid, outcomes, now);
+    if (!st.ok()) Log("batch " + std::to_string(bid) + ": " + st.message());
+  }
+  metrics_.Add("tediserve_scheduler_seconds_total",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
+  Absorb(now);
+}
+
+void Runtime::OnWorkerLost(policy::InstanceId id, int generation, const std::string& why) {
+  auto it = instances_.find(id);
+  if (it == instances_.end() || it->second.generation != generation || !it->second.up) return;
+  Instance& inst = it->second;
+  Log("worker " + std::to_string(id) + " (pid " + std::to_string(inst.proc.pid) + ") lost: " + why);
+  inst.up = false;
+  --up_count_;
+  metrics_.Add("tediserve_worker_failures_total", 1);
+  const double now = Now();
+  for (auto f = flights_.begin(); f != flights_.end();)
+    f = f->second.instance == id ? flights_.erase(f) : std::next(f);
+  for (auto& [rid, l] : live_)
+    if (l.holder == id) l.holder = -1;
+  inst.release.clear();
+  Status s = host_->RemoveInstance(id, now, true);
+  if (!s.ok()) Log("removing worker " + std::to_string(id) + ": " + s.message());
+  if (inst.client) inst.client->Close();
+  inst.client.reset();
+  StopWorker(&inst.proc, 0.5);
+  if (options_.restart_workers && !draining_ && inst.restarts < 5) {
+    ++inst.restarts;
+    StartWorker(id);
+  } else if (up_count_ == 0) {
+    (void)host_->FailAll(now, "no worker is left to run it");
+  }
+  Absorb(now);
+}
+
+void Runtime::StartWorker(policy::InstanceId id) {
+  Instance& inst = instances_[id];
+  inst.starting = true;
+  const int gen = ++inst.generation;
+  WorkerLaunch wl{options_.worker_exe, options_.model_dir, inst.info.tp, inst.info.devices, options_.worker_token};
+  starters_.emplace_back([this, id, gen, wl] {
+    auto proc = LaunchWorker(wl);
+    std::shared_ptr<WorkerClient> client;
+    Status err = proc.status();
+    if (proc.ok()) {
+      auto c = WorkerClient::Connect(
+          proc->address, options_.worker_token, 30,
+          [this](rpc::BatchResult res) { Post([this, res = std::move(res)]() mutable { OnResult(std::move(res)); }); },
+          [this, id, gen](const std::string& why) { Post([this, id, gen, why] { OnWorkerLost(id, gen, why); }); });
+      if (c.ok()) client = std::shared_ptr<WorkerClient>(std::move(c).value().release());
+      else err = c.status();
+    }
+    LaunchedWorker lw = proc.ok() ? *proc : LaunchedWorker{};
+    Post([this, id, gen, lw, client, err]() mutable {
+      Instance& inst = instances_[id];
+      inst.starting = false;
+      if (inst.generation != gen || draining_ || !err.ok()) {
+        if (!err.ok()) Log("restarting worker " + std::to_string(id) + ": " + err.message());
+        if (client) client->Close();
+        StopWorker(&lw, 0.5);
+        if (up_count_ == 0) {
+          (void)host_->FailAll(Now(), "no worker is left to run it");
+          Absorb(Now());
+        }
+        return;
+      }
+      inst.proc = lw;
+      inst.client = client;
+      inst.up = true;
+      ++up_count_;
+      Status s = host_->AddInstance(inst.info, Now());
+      if (!s.ok()) Log("adding worker " + std::to_string(id) + ": " + s.message());
+      Log("worker " + std::to_string(id) + " restarted (pid " + std::to_string(lw.pid) + ")");
+      Absorb(Now());
+    });
+  });
+}
+
+void Runtime::Finish(host::RequestRecord rec) {
+  auto it = live_.find(rec.id);
+  if (it == live_.end()) return;
+  Live& l = it->second;
+  if (l.holder >= 0) instances_[l.holder].release.push_back(rec.id);
+  const char* outcome = host::OutcomeName(rec.outcome);
+  metrics_.Add("tediserve_requests_total", 1, {{"outcome", outcome}});
+  if (rec.outcome == host::Outcome::kCompleted) {
+    metrics_.Add(rec.met ? "tediserve_slo_met_total" : "tediserve_slo_missed_total", 1);
+    metrics_.Observe("tediserve_request_latency_seconds", rec.latency);
+    if (l.first_final >= 0) metrics_.Observe("tediserve_first_final_text_seconds", l.first_final - rec.arrival);
+  }
+  {
+    std::lock_guard<std::mutex> g(l.channel->mu_);
+    RequestView& v = l.channel->view_;
+    v.output = l.output;
+    v.thresholds = l.thresholds;
+    v.steps = l.steps;
+    v.done = true;
+    v.record = rec;
+    ++v.version;
+    l.channel->cv_.notify_all();
+  }
+  live_.erase(it);
+  --live_count_;
+}
+
+void Runtime::UpdateGauges() {
+  metrics_.Set("tediserve_live_requests", static_cast<double>(host_->live()));
+  metrics_.Set("tediserve_waiting_requests", static_cast<double>(host_->scheduler().waiting()));
+  metrics_.Set("tediserve_predictor_fallbacks", static_cast<double>(host_->predictor_fallbacks()));
+  std::map<std::pair<int, std::string>, int> by;
+  for (const auto& [id, inst] : instances_)
+    ++by[{inst.info.tp, inst.up ? "up" : inst.starting ? "starting" : "down"}];
+  for (int tp : options_.layout)
+    for (const char* state : {"up", "starting", "down"}) {
+      const int n = by.count({tp, state}) ? by[{tp, state}] : 0;
+      metrics_.Set("tediserve_instances", n, {{"tp", std::to_string(tp)}, {"state", state}});
+    }
+}
+
+}  // namespace tediserve::serve

@@ -1,0 +1,181 @@
+// The serving runtime's core: one loop thread drives the host layer (src/host/) with a real
+// clock over worker processes, exactly as the simulator drives it with a virtual one
+// (docs/design.md section 5). HTTP threads only post work to the loop and wait on a
+// request's channel for its progress.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/tokenizer.h"
+#include "engine/weights.h"
+#include "host/host.h"
+#include "policy/latency_profile.h"
+#include "serve/launcher.h"
+#include "serve/metrics.h"
+#include "serve/worker_client.h"
+
+namespace tediserve::serve {
+
+struct RuntimeOptions {
+  std::string model_dir;
+  std::string worker_exe;         // the tediserve binary (default: this process's)
+  std::vector<int> layout{1};     // TP degree of each instance
+  std::vector<int> cores;         // cores handed out to instances in order (empty: 0, 1, ...)
+  std::string policy = "tediserve";
+  std::string profile_csv;        // latency profile of this model on this machine
+  std::string calibration;        // tokens per step and accuracy by threshold (policy inputs)
+  double slo_scale = 10;           // SLO of a request without slo_ms: this x its solo latency
+  int max_live = 256;             // admission limit: live requests (queue full -> 429)
+  bool use_cache = true;
+  std::string worker_token;       // shared secret between the scheduler and its workers
+  double step_timeout_s = 30;     // a batch unanswered this long fails its worker
+  bool restart_workers = true;    // a failed worker is started again on the same cores
+};
+
+// Everything one generation request asks for, already validated and tokenised.
+struct GenerateParams {
+  std::vector<int32_t> prompt;
+  int gen_length = 0;
+  int block_size = 0;
+  float temperature = 0;
+  uint64_t seed = 0;
+  double slo_s = 0;  // 0: the server's default
+  int priority = 0;
+  double min_threshold = 0, max_threshold = 1;
+  bool eos_early_stop = true;
+  bool canvas = false;  // keep every step's canvas for streaming
+};
+
+// What an HTTP thread sees of its request. The loop publishes; the HTTP thread waits.
+struct RequestView {
+  std::vector<int32_t> output;              // the canonical output (mask id where masked)
+  std::vector<std::vector<int32_t>> canvases;  // every step's output since the last Wait (canvas mode)
+  std::vector<double> thresholds;           // of every step so far
+  int steps = 0;
+  bool done = false;
+  host::RequestRecord record;  // when done
+  uint64_t version = 0;
+};
+
+class RequestChannel {
+ public:
+  // Waits until the view changed past `seen_version` or timeout_s passed; false on timeout.
+  // Takes the pending canvases.
+  bool Wait(uint64_t seen_version, double timeout_s, RequestView* out);
+  policy::RequestId id() const { return id_; }
+
+ private:
+  friend class Runtime;
+  policy::RequestId id_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  RequestView view_;
+};
+
+class Runtime {
+ public:
+  // Starts the workers (one per layout entry), connects to them and starts the loop.
+  static StatusOr<std::unique_ptr<Runtime>> Start(RuntimeOptions options);
+  ~Runtime();
+
+  // Queues a request; its channel reports progress. ResourceExhausted when the queue is full,
+  // Unavailable while draining, InvalidArgument for what the policy core refuses.
+  StatusOr<std::shared_ptr<RequestChannel>> Submit(const GenerateParams& params);
+  // The client went away or stopped reading: the request leaves as cancelled.
+  void Cancel(policy::RequestId id);
+  // Stops taking requests, waits up to deadline_s for live ones, then fails the rest cleanly
+  // and stops the workers.
+  void Drain(double deadline_s);
+
+  const engine::Tokenizer& tokenizer() const { return *tokenizer_; }
+  const engine::ModelConfig& config() const { return model_config_; }
+  const std::string& model_name() const { return model_name_; }
+  int default_gen_length() const { return default_gen_; }
+  int block_size() const { return block_size_; }
+  int instances_up() const;
+  Metrics& metrics() { return metrics_; }
+  // Test hook: the pids of the worker processes now running.
+  std::vector<int> WorkerPids() const;
+
+ private:
+  Runtime() = default;
+  struct Live {
+    GenerateParams params;
+    std::shared_ptr<RequestChannel> channel;
+    std::vector<int32_t> output;
+    std::vector<double> thresholds;
+    int steps = 0;
+    policy::InstanceId holder = -1;  // the instance holding its copy (-1: none)
+    double arrival = 0;
+    double first_final = -1;         // when the first output position became final
+  };
+  struct Instance {
+    policy::InstanceInfo info;
+    LaunchedWorker proc;
+    std::shared_ptr<WorkerClient> client;
+    std::vector<policy::RequestId> release;  // copies to drop with its next batch
+    bool up = false;
+    bool starting = false;
+    int restarts = 0;
+    int generation = 0;  // bumped at each start: callbacks of an older worker are ignored
+  };
+  struct Flight {
+    policy::InstanceId instance = 0;
+    double launched = 0, deadline = 0;
+  };
+
+  double Now() const;
+  void Post(std::function<void()> task);
+  void Loop();
+  void Absorb(double now);
+  void SendBatch(const policy::StepBatch& b, double now);
+  void OnResult(rpc::BatchResult r);
+  void OnWorkerLost(policy::InstanceId id, int generation, const std::string& why);
+  void StartWorker(policy::InstanceId id);  // launches on a helper thread, posts the result
+  void Publish(Live& l, bool step);
+  void Finish(host::RequestRecord rec);
+  void UpdateGauges();
+  void DeclareMetrics();
+
+  RuntimeOptions options_;
+  std::unique_ptr<engine::Tokenizer> tokenizer_;
+  engine::ModelConfig model_config_;
+  std::string model_name_;
+  int default_gen_ = 0, block_size_ = 0;
+  policy::LatencyProfile profile_;
+  std::unique_ptr<host::Host> host_;
+  Metrics metrics_;
+
+  // Loop-thread state.
+  std::unordered_map<policy::RequestId, Live> live_;
+  std::map<policy::InstanceId, Instance> instances_;
+  std::map<policy::BatchId, Flight> flights_;
+  bool draining_ = false;
+
+  // Shared with posting threads.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool stop_ = false;
+  std::atomic<int64_t> next_id_{0};
+  std::atomic<int> live_count_{0};
+  std::atomic<bool> accepting_{true};
+  std::atomic<int> up_count_{0};
+  std::vector<std::thread> starters_;
+  std::thread loop_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace tediserve::serve

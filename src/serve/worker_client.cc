@@ -1,0 +1,60 @@
+#include "serve/worker_client.h"
+
+#include <chrono>
+
+namespace tediserve::serve {
+
+StatusOr<std::unique_ptr<WorkerClient>> WorkerClient::Connect(const std::string& address, const std::string& token,
+                                                              double timeout_s, ResultFn on_result,
+                                                              ClosedFn on_closed) {
+  std::unique_ptr<WorkerClient> c(new WorkerClient());
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  c->channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                                std::chrono::duration<double>(timeout_s));
+  if (!c->channel_->WaitForConnected(deadline)) return Unavailable("worker at " + address + " does not answer");
+  c->stub_ = rpc::Worker::NewStub(c->channel_);
+  if (!token.empty()) c->ctx_.AddMetadata("authorization", "Bearer " + token);
+  c->stream_ = c->stub_->Run(&c->ctx_);
+  rpc::WorkerEvent ev;
+  if (!c->stream_->Read(&ev) || !ev.has_ready()) {
+    grpc::Status s = c->stream_->Finish();
+    return Unavailable("worker at " + address + " refused the stream: " +
+                       (s.ok() ? std::string("no Ready message") : s.error_message()));
+  }
+  c->ready_ = ev.ready();
+  c->on_result_ = std::move(on_result);
+  c->on_closed_ = std::move(on_closed);
+  c->reader_ = std::thread([p = c.get()] { p->ReadLoop(); });
+  return c;
+}
+
+WorkerClient::~WorkerClient() { Close(); }
+
+void WorkerClient::ReadLoop() {
+  rpc::WorkerEvent ev;
+  while (stream_->Read(&ev)) {
+    if (ev.has_result() && !closing_) on_result_(std::move(*ev.mutable_result()));
+  }
+  grpc::Status s = stream_->Finish();
+  if (!closing_) on_closed_(s.ok() ? "the worker closed its stream" : s.error_message());
+}
+
+bool WorkerClient::Send(const rpc::StepBatch& batch) {
+  rpc::WorkerCommand cmd;
+  *cmd.mutable_batch() = batch;
+  std::lock_guard<std::mutex> l(write_mu_);
+  return stream_->Write(cmd);
+}
+
+void WorkerClient::Close() {
+  if (closing_.exchange(true)) {
+    if (reader_.joinable()) reader_.join();
+    return;
+  }
+  ctx_.TryCancel();
+  if (reader_.joinable()) reader_.join();
+}
+
+}  // namespace tediserve::serve
