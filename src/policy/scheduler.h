@@ -71,6 +71,10 @@ struct PolicyOptions {
   // (capacity model of Proteus) and accuracy (its quality objective).
   std::vector<double> tokens_per_step;
   std::vector<double> accuracy;
+  // Offline CV of the steps a request needs around tokens_per_step's mean (the calibration's
+  // steps_cv; 0: unknown). The default policy's rescue plans for a request this much slower
+  // than predicted (docs/design.md section 3.5).
+  double steps_cv = 0;
   double fixed_threshold = 0.9;
   int block_size = 32;
   bool cache = true;

@@ -739,6 +739,27 @@ TEST_F(SchedulerTest, PlannedRequestAtRiskGoesBelowItsPlan) {
   EXPECT_DOUBLE_EQ(s_->Find(0)->threshold, rescue);
 }
 
+TEST_F(SchedulerTest, PriorityRescueAssumesARequestOneSigmaSlower) {
+  // Alone on an idle instance, 0.9 needs 8 x 0.0356 + 120 x 0.01 = 1.48 s, and 1.87 s with
+  // 1.3x the steps; 0.8 with 1.3x needs 1.54 s. Under an SLO of 1.6 s tediserve lowers a
+  // priority request to 0.8 when steps_cv is 0.3 (and only then); normal requests and the
+  // paper's policy use the mean estimate and stay at 0.9.
+  struct Case {
+    std::string policy;
+    double steps_cv;
+    int priority;
+    double want;
+  };
+  for (const Case& c : {Case{"tediserve", 0.3, 1, 0.8}, Case{"tediserve", 0.3, 0, 0.9},
+                        Case{"tediserve", 0.0, 1, 0.9}, Case{"tediserve-paper", 0.3, 1, 0.9}}) {
+    Make(c.policy, 1, [&](PolicyOptions& o) { o.steps_cv = c.steps_cv; });
+    RequestSpec spec = Spec(0, 0.0, /*slo=*/1.6);
+    spec.priority = c.priority;
+    Arrive(spec);
+    EXPECT_DOUBLE_EQ(s_->Find(0)->threshold, c.want) << c.policy << " cv " << c.steps_cv << " priority " << c.priority;
+  }
+}
+
 TEST_F(SchedulerTest, WaitingRequestsGoByDeadlineAndLateOnesLast) {
   // One instance whose budget holds one request: 1 (lost by t = 2), 2 (deadline 100) and
   // 3 (deadline 50) wait behind 0. tediserve places 3, then 2, then the late 1; the paper's

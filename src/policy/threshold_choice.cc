@@ -32,7 +32,13 @@ void Scheduler::ChooseThreshold(RequestState& r, Seconds now) {
         p.recompute_step = profile_->StepSeconds(inst.info.tp, others + r.spec.prompt_len + r.spec.output_len);
         p.cache_step = profile_->StepSeconds(inst.info.tp, others + r.block_size);
       }
-      r.threshold = th[SelectThreshold(r, th, cap, now, p)];
+      // The default policy's rescue for a priority request assumes it is one standard
+      // deviation slower than predicted (steps_cv, the offline CV of steps per request), so
+      // it acts before the mean estimate runs out of slack; other requests, and the paper's
+      // Algorithm 1, use the mean.
+      const double factor =
+          options_.threshold == ThresholdKind::kPlannedRescue && r.spec.priority > 0 ? 1 + options_.steps_cv : 1.0;
+      r.threshold = th[SelectThreshold(r, th, cap, now, p, factor)];
       ++stats_.threshold_selections;
       return;
     }

@@ -6,8 +6,8 @@
 
 namespace tediserve::policy {
 
-Seconds EstimateRemainingSeconds(const RequestState& r, int k, const PlacementCost& p) {
-  const double s = r.predicted[k];
+Seconds EstimateRemainingSeconds(const RequestState& r, int k, const PlacementCost& p, double steps_factor) {
+  const double s = r.predicted[k] * steps_factor;
   if (!r.cache) return p.wait + s * p.recompute_step;
   const double rec = r.RemainingRecomputeSteps();
   return p.wait + rec * p.recompute_step + std::max(0.0, s - rec) * p.cache_step;
@@ -38,11 +38,11 @@ std::pair<int, int> AllowedRange(const RequestState& r, std::span<const double> 
 }
 
 int SelectThreshold(const RequestState& r, std::span<const double> thresholds, double cap,
-                    Seconds now, const PlacementCost& p) {
+                    Seconds now, const PlacementCost& p, double steps_factor) {
   const auto [first, last] = AllowedRange(r, thresholds, cap);
   const Seconds budget = r.deadline - now;
   for (int k = first; k <= last; ++k) {
-    if (EstimateRemainingSeconds(r, k, p) <= budget) return k;
+    if (EstimateRemainingSeconds(r, k, p, steps_factor) <= budget) return k;
   }
   return last;
 }

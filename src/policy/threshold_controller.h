@@ -16,8 +16,9 @@ struct PlacementCost {
   Seconds cache_step = 0;      // l_d(n_cache_i): a step of i's batch with r on a cache step
 };
 
-// Estimated time to finish r if it used thresholds[k] from now on, on that placement.
-Seconds EstimateRemainingSeconds(const RequestState& r, int k, const PlacementCost& p);
+// Estimated time to finish r if it used thresholds[k] from now on, on that placement, with
+// the predicted remaining steps multiplied by `steps_factor` (1: the prediction as is).
+Seconds EstimateRemainingSeconds(const RequestState& r, int k, const PlacementCost& p, double steps_factor = 1.0);
 
 // Index range of the thresholds r may use: at most `cap`, within r's own bounds; a request's
 // own bounds win over the cap. Returns [first, last] (first <= last), indices into thresholds.
@@ -25,8 +26,10 @@ std::pair<int, int> AllowedRange(const RequestState& r, std::span<const double> 
 
 // Algorithm 1: the highest allowed threshold whose estimate fits the remaining budget
 // (deadline - now); if none fits, the lowest allowed. Returns an index into thresholds.
+// `steps_factor` scales the predicted steps (the default policy's margin for a request
+// slower than predicted; 1 in the paper's Algorithm 1).
 int SelectThreshold(const RequestState& r, std::span<const double> thresholds, double cap,
-                    Seconds now, const PlacementCost& p);
+                    Seconds now, const PlacementCost& p, double steps_factor = 1.0);
 
 // L_r(c) in tokens pushed through the network (docs/design.md section 3.2).
 double RequestLoadTokens(const RequestState& r, int k);

@@ -71,6 +71,17 @@ TEST(SelectThresholdTest, PicksHighestFeasible) {
   EXPECT_EQ(SelectThreshold(r, kTh, 1.0, 0.0, kCost), 1);
 }
 
+TEST(SelectThresholdTest, StepsFactorScalesThePredictedSteps) {
+  // With 1.25x the predicted steps: est = 0.42 + (1.25 S_k - 8) * 0.01 = 1.94, 1.59, 1.34,
+  // 1.14, 0.74; a budget of 1.2 takes 0.7 at the mean and 0.6 with the factor.
+  RequestState r = MakeRequest();
+  r.deadline = 11.2;
+  EXPECT_NEAR(EstimateRemainingSeconds(r, 2, kCost, 1.25), 1.34, 1e-12);
+  EXPECT_NEAR(EstimateRemainingSeconds(r, 4, kCost, 1.25), 0.74, 1e-12);
+  EXPECT_EQ(SelectThreshold(r, kTh, 1.0, /*now=*/10.0, kCost), 2);
+  EXPECT_EQ(SelectThreshold(r, kTh, 1.0, /*now=*/10.0, kCost, 1.25), 3);
+}
+
 TEST(SelectThresholdTest, LowestAllowedWhenNothingFits) {
   RequestState r = MakeRequest();
   r.deadline = 10.5;

@@ -466,6 +466,7 @@ StatusOr<RunOutcome> RunOne(RunConfig rc, const ExperimentOptions& eo) {
   rc.sim.tokens_per_step.clear();
   rc.sim.policy.tokens_per_step.clear();
   rc.sim.policy.accuracy.clear();
+  rc.sim.policy.steps_cv = cal.steps_cv;
   for (double c : rc.sim.policy.thresholds) {
     rc.sim.tokens_per_step.push_back(cal.TokensPerStepAt(c));
     rc.sim.policy.tokens_per_step.push_back(cal.TokensPerStepAt(c));
