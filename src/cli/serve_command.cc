@@ -1,5 +1,6 @@
 #include "cli/serve_command.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -20,6 +21,14 @@ namespace tediserve::cli {
 namespace {
 
 namespace fs = std::filesystem;
+
+int g_signal_pipe[2] = {-1, -1};
+void OnSignal(int) {
+  const int saved = errno;
+  if (write(g_signal_pipe[1], "s", 1) < 0) {
+  }
+  errno = saved;
+}
 
 StatusOr<std::vector<int>> IntList(const std::string& s, const std::string& flag, int lo, int hi) {
   std::vector<int> out;
@@ -103,12 +112,14 @@ int RunWorker(const WorkerArgs& a) {
 }
 
 int RunServe(const ServeArgs& a) {
-  // SIGTERM / SIGINT go to one waiting thread (blocked before any other thread starts).
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  // SIGTERM / SIGINT: the handler only writes to a pipe that one thread waits on (library
+  // threads, e.g. OpenBLAS's, exist before main, so blocking the signal is not enough).
+  if (pipe(g_signal_pipe) != 0) return ReportError(Internal("pipe failed"));
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
   serve::RuntimeOptions ro;
@@ -160,13 +171,17 @@ int RunServe(const ServeArgs& a) {
     std::rename(tmp.c_str(), a.port_file.c_str());
   }
   std::thread signals([&] {
-    int sig = 0;
-    sigwait(&sigs, &sig);
+    char c = 0;
+    while (read(g_signal_pipe[0], &c, 1) < 0 && errno == EINTR) {
+    }
+    if (c == 'q') return;  // the server stopped by itself
     std::cerr << "tediserve serve: draining (up to " << a.drain_s << " s)" << std::endl;
     (*rt)->Drain(a.drain_s);
     http.Stop();
   });
   http.Serve();
+  if (write(g_signal_pipe[1], "q", 1) < 0) {
+  }
   signals.join();
   rt->reset();
   std::cerr << "tediserve serve: stopped" << std::endl;

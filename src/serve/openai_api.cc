@@ -312,9 +312,12 @@ json ExtraFields(const CompletionRequest& req, const RequestView& v) {
             {"output_tokens", req.params.gen_length},
             {"max_tokens_rounded", req.requested_max_tokens > 0 && req.requested_max_tokens != req.params.gen_length}};
   if (v.done) {
+    // A request the server cut at its end of text (EOS or a stop sequence) leaves as
+    // cancelled; its answer was complete when it left.
+    const double latency = v.record.finish - v.record.arrival;
     j["slo_ms"] = v.record.slo * 1000;
-    j["latency_ms"] = v.record.latency * 1000;
-    j["slo_met"] = v.record.met;
+    j["latency_ms"] = latency * 1000;
+    j["slo_met"] = v.record.outcome == host::Outcome::kCompleted ? v.record.met : latency <= v.record.slo;
     j["migrations"] = v.record.migrations;
   }
   return j;

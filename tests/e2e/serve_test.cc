@@ -1,0 +1,312 @@
+// `tediserve serve` end to end: the real server process with its real worker processes on
+// 127.0.0.1, driven over HTTP. Answers are graded against the bundled model's held-out set.
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+struct Problem {
+  std::string prompt, answer;
+};
+
+std::vector<Problem> Heldout(size_t n) {
+  std::ifstream in(std::string(TEDI_SOURCE_DIR) + "/models/tiny-llada/heldout.jsonl");
+  std::vector<Problem> out;
+  std::string line;
+  while (out.size() < n && std::getline(in, line)) {
+    auto j = json::parse(line);
+    out.push_back({j["prompt"], j["answer"]});
+  }
+  return out;
+}
+
+// One server process on a free loopback port, stopped (SIGTERM, then SIGKILL) at the end.
+class Server {
+ public:
+  explicit Server(std::vector<std::string> extra = {}) {
+    dir_ = fs::temp_directory_path() / ("tedi_serve_test_" + std::to_string(getpid()) + "_" + std::to_string(n_++));
+    fs::create_directories(dir_);
+    const std::string port_file = (dir_ / "port").string();
+    std::vector<std::string> args = {TEDISERVE_BIN, "serve", "--port", "0", "--port-file", port_file,
+                                     "--layout", "1,1", "--cores", "0,0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_ = fork();
+    if (pid_ == 0) {
+      const std::string log = (dir_ / "serve.log").string();
+      freopen(log.c_str(), "w", stderr);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    for (int i = 0; i < 600 && port_ == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (waitpid(pid_, &exit_status_, WNOHANG) == pid_) {  // it failed to start
+        pid_ = -1;
+        break;
+      }
+      std::ifstream f(port_file);
+      f >> port_;
+    }
+  }
+  ~Server() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      if (!WaitExit(10)) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+      }
+    }
+    fs::remove_all(dir_);
+  }
+  // Waits up to `s` seconds for the process to exit; its exit status in *status.
+  bool WaitExit(double s, int* status = nullptr) {
+    if (pid_ <= 0) {
+      if (status) *status = exit_status_;
+      return true;
+    }
+    for (int i = 0; i < s * 50; ++i) {
+      int st = 0;
+      if (waitpid(pid_, &st, WNOHANG) == pid_) {
+        pid_ = -1;
+        exit_status_ = st;
+        if (status) *status = st;
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+  httplib::Client Client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+  std::string Log() const {
+    std::ifstream f(dir_ / "serve.log");
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }
+  pid_t pid() const { return pid_; }
+  int port() const { return port_; }
+
+ private:
+  static inline int n_ = 0;
+  fs::path dir_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+  int exit_status_ = -1;
+};
+
+json Post(const Server& s, const std::string& path, const json& body, int* status = nullptr) {
+  auto c = s.Client();
+  auto r = c.Post(path.c_str(), body.dump(), "application/json");
+  if (!r) return json{{"transport_error", static_cast<int>(r.error())}};
+  if (status) *status = r->status;
+  return json::parse(r->body, nullptr, false);
+}
+
+TEST(ServeTest, AnswersHeldOutProblemsOverCompletionsAndChat) {
+  Server s;
+  ASSERT_GT(s.port(), 0) << s.Log();
+  auto c = s.Client();
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto models = c.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "tiny-llada");
+
+  int correct = 0, n = 0;
+  for (const auto& p : Heldout(30)) {
+    int status = 0;
+    // A loose SLO: the policy keeps the top threshold, so answers are the model's best.
+    const bool chat = n % 2 == 1;
+    json body = {{"slo_ms", 10000}};
+    if (chat) body["messages"] = json::array({{{"role", "user"}, {"content", p.prompt}}});
+    else body["prompt"] = p.prompt;
+    json r = Post(s, chat ? "/v1/chat/completions" : "/v1/completions", body, &status);
+    ASSERT_EQ(status, 200) << r.dump();
+    const std::string text = chat ? r["choices"][0]["message"]["content"] : r["choices"][0]["text"];
+    correct += text == p.answer;
+    ++n;
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+    EXPECT_GE(r["tediserve"]["steps"].get<int>(), 1);
+    EXPECT_TRUE(r["tediserve"]["slo_met"].get<bool>());
+    EXPECT_EQ(r["usage"]["completion_tokens"].get<int>(), static_cast<int>(text.size()));
+  }
+  // The model's held-out accuracy at threshold 0.9 is 0.95 (docs); 30 problems.
+  EXPECT_GE(correct, 25) << correct << " of " << n;
+}
+
+TEST(ServeTest, StreamsTheSameTextWithUsageAndDone) {
+  Server s;
+  ASSERT_GT(s.port(), 0) << s.Log();
+  const auto p = Heldout(3)[2];
+  json plain = Post(s, "/v1/completions", {{"prompt", p.prompt}, {"slo_ms", 10000}});
+  std::string sse;
+  auto c = s.Client();
+  json body = {{"prompt", p.prompt}, {"slo_ms", 10000}, {"stream", true}, {"stream_canvas", true},
+               {"stream_options", {{"include_usage", true}}}};
+  auto r = c.Post("/v1/completions", httplib::Headers{}, body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  std::string text;
+  bool done = false, usage = false, finish = false, canvas = false;
+  std::istringstream in(r->body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line == "event: canvas") canvas = true;
+    if (line.rfind("data: ", 0) != 0) continue;
+    const std::string d = line.substr(6);
+    if (d == "[DONE]") {
+      done = true;
+      continue;
+    }
+    json j = json::parse(d);
+    if (j["object"] == "tediserve.canvas") continue;
+    if (j.contains("usage")) {
+      usage = true;
+      EXPECT_EQ(j["usage"]["completion_tokens"].get<int>(), static_cast<int>(text.size()));
+      continue;
+    }
+    text += j["choices"][0]["text"].get<std::string>();
+    finish = finish || j["choices"][0]["finish_reason"] == "stop";
+  }
+  EXPECT_TRUE(done && usage && finish && canvas) << r->body;
+  EXPECT_EQ(text, plain["choices"][0]["text"].get<std::string>());
+}
+
+TEST(ServeTest, BadInputGetsA4xxAndTheServerStaysUp) {
+  Server s;
+  ASSERT_GT(s.port(), 0) << s.Log();
+  auto c = s.Client();
+  struct Case {
+    std::string body;
+    int status;
+  };
+  const std::vector<Case> cases = {
+      {"{not json", 400},
+      {R"({"prompt": 5})", 400},
+      {R"({"prompt": "1+1=", "model": "nope"})", 404},
+      {R"({"prompt": "1+1=", "max_tokens": -3})", 400},
+      {R"({"prompt": "1+1=", "max_tokens": 100000000})", 400},
+      {R"({"prompt": "1+1=", "slo_ms": -1})", 400},
+      {R"({"prompt": "1+1=", "min_threshold": 2})", 400},
+      {R"({"prompt": "1+1=", "logprobs": 2})", 400},
+      {R"({"prompt": "1+1=", "n": 2})", 400},
+      {"{\"prompt\": \"" + std::string(2 << 20, '1') + "\"}", 413},
+      {"{\"prompt\": \"" + std::string(100000, '1') + "\"}", 400},
+  };
+  for (const auto& k : cases) {
+    auto r = c.Post("/v1/completions", k.body, "application/json");
+    ASSERT_TRUE(r) << k.body.substr(0, 80);
+    EXPECT_EQ(r->status, k.status) << k.body.substr(0, 80) << " -> " << r->body;
+    json e = json::parse(r->body, nullptr, false);
+    EXPECT_TRUE(e.contains("error") && e["error"]["message"].is_string()) << r->body;
+  }
+  auto nf = c.Get("/v2/nothing");
+  ASSERT_TRUE(nf);
+  EXPECT_EQ(nf->status, 404);
+  int status = 0;
+  json ok = Post(s, "/v1/completions", {{"prompt", "48+39="}, {"slo_ms", 10000}}, &status);
+  EXPECT_EQ(status, 200) << ok.dump();
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("tediserve_http_errors_total{status=\"400\"}"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("tediserve_requests_total{outcome=\"completed\"} 1"), std::string::npos) << m->body;
+}
+
+TEST(ServeTest, ApiKeyIsRequiredWhenSet) {
+  Server s({"--api-key", "sekret"});
+  ASSERT_GT(s.port(), 0) << s.Log();
+  int status = 0;
+  json r = Post(s, "/v1/completions", {{"prompt", "48+39="}}, &status);
+  EXPECT_EQ(status, 401);
+  EXPECT_EQ(r["error"]["code"], "invalid_api_key");
+  auto c = s.Client();
+  auto ok = c.Post("/v1/completions", httplib::Headers{{"Authorization", "Bearer sekret"}},
+                   R"({"prompt":"48+39=","slo_ms":10000})", "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
+// kill -9 of a worker under load: every request completes (its steps resume on the other
+// worker or on the restarted one), the failure is counted.
+TEST(ServeTest, KilledWorkerLosesNoRequest) {
+  Server s;
+  ASSERT_GT(s.port(), 0) << s.Log();
+  auto problems = Heldout(40);
+  std::atomic<int> ok{0}, bad{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 8; ++t)
+    clients.emplace_back([&, t] {
+      for (size_t i = static_cast<size_t>(t); i < problems.size(); i += 8) {
+        int status = 0;
+        json r = Post(s, "/v1/completions", {{"prompt", problems[i].prompt}, {"slo_ms", 20000}}, &status);
+        (status == 200 ? ok : bad)++;
+      }
+    });
+  // Kill one worker (a child of the server) while requests run.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::string pids;
+  {
+    std::ifstream f("/proc/" + std::to_string(s.pid()) + "/task/" + std::to_string(s.pid()) + "/children");
+    std::getline(f, pids);
+  }
+  const pid_t victim = static_cast<pid_t>(std::atoi(pids.c_str()));
+  ASSERT_GT(victim, 0) << "no worker process found";
+  kill(victim, SIGKILL);
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(ok.load(), 40) << s.Log();
+  EXPECT_EQ(bad.load(), 0);
+  auto m = s.Client().Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("tediserve_worker_failures_total 1"), std::string::npos) << m->body;
+  // The server still answers.
+  int status = 0;
+  Post(s, "/v1/completions", {{"prompt", "48+39="}, {"slo_ms", 10000}}, &status);
+  EXPECT_EQ(status, 200);
+}
+
+TEST(ServeTest, SigtermDrainsAndExitsCleanly) {
+  Server s;
+  ASSERT_GT(s.port(), 0) << s.Log();
+  int status = 0;
+  Post(s, "/v1/completions", {{"prompt", "48+39="}, {"slo_ms", 10000}}, &status);
+  ASSERT_EQ(status, 200);
+  kill(s.pid(), SIGTERM);
+  int st = -1;
+  ASSERT_TRUE(s.WaitExit(15, &st)) << s.Log();
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << s.Log();
+}
+
+TEST(ServeTest, BadFlagsExitWithAClearError) {
+  for (std::vector<std::string> extra : {std::vector<std::string>{"--model", "/nonexistent-model"},
+                                         std::vector<std::string>{"--policy", "nope"},
+                                         std::vector<std::string>{"--profile", "/nonexistent.csv"}}) {
+    Server s(extra);
+    int st = -1;
+    ASSERT_TRUE(s.WaitExit(30, &st)) << extra[0];
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 2) << extra[0] << ": " << s.Log();
+    EXPECT_NE(s.Log().find("error"), std::string::npos) << extra[0] << ": [" << s.Log() << "]";
+  }
+}
+
+}  // namespace
