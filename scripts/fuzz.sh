@@ -21,7 +21,7 @@ BUILD=$ROOT/build-fuzz
 JOBS=${JOBS:-2}
 
 TARGETS=(safetensors model_config tokenizer task_file experiment trace_csv trace_jsonl step_log predictor
-         calibration latency_profile_csv latency_profile_json)
+         calibration latency_profile_csv latency_profile_json completion_request)
 
 max_len() {
   case $1 in
@@ -48,6 +48,7 @@ seeds() {
     calibration) find data/calibrations -name '*.json' ! -name '*predictor*' ;;
     latency_profile_csv) find data/profiles "$crashers/profile" -name '*.csv' ;;
     latency_profile_json) find data/profiles "$crashers/profile" -name '*.json' ;;
+    completion_request) find "$crashers" -path '*completion*' -type f ;;
   esac
 }
 
@@ -56,6 +57,9 @@ seeds() {
 extra_seeds() {
   local dir=$1
   case $2 in
+    completion_request)
+      printf '{"model": "tiny-llada", "prompt": "48+39=", "max_tokens": 8, "stop": ["9"], "slo_ms": 50, "min_threshold": 0.5}' >"$dir/made_0"
+      printf '{"messages": [{"role": "system", "content": "sort:"}, {"role": "user", "content": [{"type": "text", "text": "8351="}]}], "stream": true, "stream_options": {"include_usage": true}, "temperature": 0.7, "seed": 3}' >"$dir/made_1" ;;
     trace_csv) printf 'arrival_s,prompt_len,output_len\n0.0,24,32\n0.5,30,64\n' >"$dir/made_0" ;;
     trace_jsonl) printf '{"arrival_s": 0.0, "prompt_len": 24, "output_len": 32}\n{"arrival_s": 1.5, "prompt_len": 8, "output_len": 8, "slo_s": 2.0}\n' >"$dir/made_0" ;;
     step_log) : ;;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One-step set-up on a fresh Debian 12 machine: install the packages, configure, build, then
-#   setup.sh serve   run the main job (for now: generate with the bundled tiny model)
+#   setup.sh serve   run the main job: serve the bundled tiny model on http://127.0.0.1:8000
 #   setup.sh test    run the test suite
 # Safe to rerun: apt and CMake skip what is already done.
 set -euo pipefail
@@ -28,7 +28,7 @@ cmake --build "$BUILD" -j "$(nproc)"
 case "${1:-}" in
   serve)
     shift
-    exec "$BUILD/tediserve" generate --model models/tiny-llada "${@:-58+67=}"
+    exec "$BUILD/tediserve" serve "$@"
     ;;
   test)
     exec ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)"

@@ -78,6 +78,7 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(RuntimeOptions o) {
   po.block_size = rt->block_size_;
   po.cache = o.use_cache;
   po.max_live_requests = o.max_live;
+  po.steps_cv = cal->steps_cv;  // the priority rescue margin, as in the simulator
   host::HostOptions ho;
   for (double c : po.thresholds) {
     po.tokens_per_step.push_back(cal->TokensPerStepAt(c));
