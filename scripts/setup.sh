@@ -9,11 +9,13 @@ cd "$(dirname "$0")/.."
 PACKAGES=(build-essential cmake ninja-build pkg-config libopenblas-dev nlohmann-json3-dev
           libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libcpp-httplib-dev
           libcli11-dev libgtest-dev libgmock-dev libyaml-cpp-dev gnuplot-nox
-          libxgboost-dev xgboost)
+          libxgboost-dev xgboost nodejs)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# npm comes with some nodejs builds (NodeSource's) and is its own package in Debian's.
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -31,6 +33,8 @@ case "${1:-}" in
     exec "$BUILD/tediserve" serve "$@"
     ;;
   test)
+    # The official OpenAI client library, for the API test (tests/openai_client).
+    (cd tests/openai_client && npm ci --no-audit --no-fund --loglevel=error)
     exec ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)"
     ;;
   *)

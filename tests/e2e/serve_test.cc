@@ -297,6 +297,25 @@ TEST(ServeTest, SigtermDrainsAndExitsCleanly) {
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << s.Log();
 }
 
+// The official OpenAI client library (npm `openai`, installed by scripts/setup.sh test into
+// tests/openai_client/node_modules) does completions, chat and streaming against the server.
+TEST(ServeTest, OfficialOpenAiClientWorks) {
+  const std::string dir = std::string(TEDI_SOURCE_DIR) + "/tests/openai_client";
+  ASSERT_TRUE(fs::exists(dir + "/node_modules/openai/package.json"))
+      << "the openai npm package is missing: run scripts/setup.sh test (npm ci in " << dir << ")";
+  Server s;
+  ASSERT_GT(s.port(), 0) << s.Log();
+  const std::string cmd = "node " + dir + "/client_test.mjs " + std::to_string(s.port()) + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  const int rc = pclose(p);
+  EXPECT_EQ(rc, 0) << out << s.Log();
+  EXPECT_NE(out.find("ok"), std::string::npos) << out;
+}
+
 TEST(ServeTest, BadFlagsExitWithAClearError) {
   for (std::vector<std::string> extra : {std::vector<std::string>{"--model", "/nonexistent-model"},
                                          std::vector<std::string>{"--policy", "nope"},
