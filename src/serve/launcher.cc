@@ -33,7 +33,10 @@ StatusOr<LaunchedWorker> LaunchWorker(const WorkerLaunch& l) {
     return Internal("pipe: " + std::string(strerror(errno)));
   }
   std::string cores;
-  for (size_t i = 0; i < l.cores.size(); ++i) cores += (i ? "," : "") + std::to_string(l.cores[i]);
+  for (size_t i = 0; i < l.cores.size(); ++i) {
+    if (i > 0) cores += ',';
+    cores += std::to_string(l.cores[i]);
+  }
   std::vector<std::string> args = {l.exe, "worker", "--model", l.model_dir, "--tp", std::to_string(l.tp),
                                    "--listen", "127.0.0.1:0", "--exit-on-stdin-eof"};
   if (!cores.empty()) {

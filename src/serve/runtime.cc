@@ -106,21 +106,11 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(RuntimeOptions o) {
   for (auto& [id, inst] : rt->instances_) {
     Instance* p = &inst;
     Runtime* r = rt.get();
-    starts.push_back(std::async(std::launch::async, [r, p, id = id] {
-      WorkerLaunch wl{r->options_.worker_exe, r->options_.model_dir, p->info.tp, p->info.devices,
-                      r->options_.worker_token};
-      ASSIGN_OR_RETURN(p->proc, LaunchWorker(wl));
+    starts.push_back(std::async(std::launch::async, [r, p] {
       p->generation = 1;
-      const int gen = p->generation;
-      auto client = WorkerClient::Connect(
-          p->proc.address, r->options_.worker_token, 30,
-          [r](rpc::BatchResult res) { r->Post([r, res = std::move(res)]() mutable { r->OnResult(std::move(res)); }); },
-          [r, id, gen](const std::string& why) { r->Post([r, id, gen, why] { r->OnWorkerLost(id, gen, why); }); });
-      if (!client.ok()) {
-        StopWorker(&p->proc);
-        return client.status();
-      }
-      p->client = std::move(client).value();
+      ASSIGN_OR_RETURN(Started w, r->LaunchAndConnect(p->info, p->generation));
+      p->proc = w.proc;
+      p->client = std::move(w.client);
       p->up = true;
       return Status::Ok();
     }));
@@ -482,20 +472,11 @@ void Runtime::StartWorker(policy::InstanceId id) {
   Instance& inst = instances_[id];
   inst.starting = true;
   const int gen = ++inst.generation;
-  WorkerLaunch wl{options_.worker_exe, options_.model_dir, inst.info.tp, inst.info.devices, options_.worker_token};
-  starters_.emplace_back([this, id, gen, wl] {
-    auto proc = LaunchWorker(wl);
-    std::shared_ptr<WorkerClient> client;
-    Status err = proc.status();
-    if (proc.ok()) {
-      auto c = WorkerClient::Connect(
-          proc->address, options_.worker_token, 30,
-          [this](rpc::BatchResult res) { Post([this, res = std::move(res)]() mutable { OnResult(std::move(res)); }); },
-          [this, id, gen](const std::string& why) { Post([this, id, gen, why] { OnWorkerLost(id, gen, why); }); });
-      if (c.ok()) client = std::shared_ptr<WorkerClient>(std::move(c).value().release());
-      else err = c.status();
-    }
-    LaunchedWorker lw = proc.ok() ? *proc : LaunchedWorker{};
+  starters_.emplace_back([this, id, gen, info = inst.info] {
+    StatusOr<Started> w = LaunchAndConnect(info, gen);
+    const Status err = w.status();
+    LaunchedWorker lw = w.ok() ? w->proc : LaunchedWorker{};
+    std::shared_ptr<WorkerClient> client = w.ok() ? w->client : nullptr;
     Post([this, id, gen, lw, client, err]() mutable {
       Instance& inst = instances_[id];
       inst.starting = false;
@@ -519,6 +500,23 @@ void Runtime::StartWorker(policy::InstanceId id) {
       Absorb(Now());
     });
   });
+}
+
+StatusOr<Runtime::Started> Runtime::LaunchAndConnect(const policy::InstanceInfo& info, int generation) {
+  const WorkerLaunch wl{options_.worker_exe, options_.model_dir, info.tp, info.devices, options_.worker_token};
+  ASSIGN_OR_RETURN(LaunchedWorker proc, LaunchWorker(wl));
+  const policy::InstanceId id = info.id;
+  auto c = WorkerClient::Connect(
+      proc.address, options_.worker_token, 30,
+      [this](rpc::BatchResult res) { Post([this, res = std::move(res)]() mutable { OnResult(std::move(res)); }); },
+      [this, id, generation](const std::string& why) {
+        Post([this, id, generation, why] { OnWorkerLost(id, generation, why); });
+      });
+  if (!c.ok()) {
+    StopWorker(&proc);
+    return c.status();
+  }
+  return Started{proc, std::shared_ptr<WorkerClient>(std::move(c).value().release())};
 }
 
 void Runtime::Finish(host::RequestRecord rec) {

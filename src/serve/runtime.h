@@ -144,6 +144,13 @@ class Runtime {
   void OnResult(rpc::BatchResult r);
   void OnWorkerLost(policy::InstanceId id, int generation, const std::string& why);
   void StartWorker(policy::InstanceId id);  // launches on a helper thread, posts the result
+  // Launches the worker of instance `info` and connects to it; its results and its loss
+  // (tagged with `generation`) are posted to the loop. Any thread.
+  struct Started {
+    LaunchedWorker proc;
+    std::shared_ptr<WorkerClient> client;
+  };
+  StatusOr<Started> LaunchAndConnect(const policy::InstanceInfo& info, int generation);
   void Publish(Live& l, bool step);
   void Finish(host::RequestRecord rec);
   void UpdateGauges();
