@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake ninja-build pkg-config libopenblas-dev nlohmann-json3-dev
           libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libcpp-httplib-dev
-          libcli11-dev libgtest-dev libgmock-dev libyaml-cpp-dev gnuplot-nox
+          libcli11-dev libgtest-dev libgmock-dev libyaml-cpp-dev gnuplot-nox libicu-dev libpcre2-dev
           libxgboost-dev xgboost nodejs)
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -35,6 +35,9 @@ case "${1:-}" in
   test)
     # The official OpenAI client library, for the API test (tests/openai_client).
     (cd tests/openai_client && npm ci --no-audit --no-fund --loglevel=error)
+    # Reference tokenizer / chat-template implementations and a real Qwen-family tokenizer.json
+    # (tests/hf_reference): tests compute their expected outputs with them.
+    (cd tests/hf_reference && npm ci --no-audit --no-fund --loglevel=error)
     exec ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)"
     ;;
   *)
