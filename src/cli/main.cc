@@ -9,9 +9,11 @@
 //   train-predictor  train the step predictor (XGBoost) from step logs, with a held-out report
 //   serve     serve a model over an OpenAI-compatible HTTP API (starts its workers)
 //   worker    one model instance serving the scheduler over gRPC (started by serve)
+//   chat-template  render conversations with a model's chat template (JSON lines)
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "cli/chat_template_command.h"
 #include "cli/commands.h"
 #include "cli/fit_denoiser_command.h"
 #include "cli/predictor_commands.h"
@@ -95,6 +97,8 @@ int main(int argc, char** argv) {
   CLI::App* svc = AddServeCommand(app, &sv);
   WorkerArgs wk;
   CLI::App* wkc = AddWorkerCommand(app, &wk);
+  ChatTemplateArgs ct;
+  CLI::App* ctc = AddChatTemplateCommand(app, &ct);
 
   // CLI11 reports a misspelt subcommand as "a subcommand is required"; name it instead.
   if (argc > 1 && argv[1][0] != '-') {
@@ -125,5 +129,6 @@ int main(int argc, char** argv) {
   if (*tpc) return RunTrainPredictor(tp);
   if (*svc) return RunServe(sv);
   if (*wkc) return RunWorker(wk);
+  if (*ctc) return RunChatTemplate(ct);
   return 2;
 }

@@ -1915,7 +1915,9 @@ class Interpreter {
     const Function& f = *fn.fn;
     switch (f.kind) {
       case Function::kNamespace: {
-        auto [positional, kwargs] = SplitKwargs(std::move(args));
+        auto split1 = SplitKwargs(std::move(args));
+        auto& positional = split1.first;
+        auto& kwargs = split1.second;
         if (positional.size() > 1) Fail(pos, "namespace() takes at most one positional argument");
         auto data = std::make_shared<ObjectData>();
         if (positional.size() == 1) {
@@ -1965,7 +1967,9 @@ class Interpreter {
       case Function::kMacro: {
         auto scope = std::make_shared<Env>();
         scope->parent = f.env;
-        auto [positional, kwargs] = SplitKwargs(std::move(args));
+        auto split2 = SplitKwargs(std::move(args));
+        auto& positional = split2.first;
+        auto& kwargs = split2.second;
         std::map<std::string, Value> remaining;
         for (const auto& [k, v] : kwargs->entries) remaining[k] = v;
         std::vector<std::pair<std::string, const Node*>> defaults;
@@ -2164,7 +2168,9 @@ class Interpreter {
   }
 
   Value DictSort(const Value& self, std::vector<Value> args, size_t pos) {
-    auto [positional, kwargs] = SplitKwargs(std::move(args));
+    auto split3 = SplitKwargs(std::move(args));
+    auto& positional = split3.first;
+    auto& kwargs = split3.second;
     auto arg = [&](size_t i, const char* key, Value def) {
       if (i < positional.size()) return positional[i];
       const Value* v = kwargs->Find(key);
@@ -2306,7 +2312,8 @@ class Interpreter {
     }
     // Call form: name(args).
     if (name == "tojson") {
-      auto [positional, kwargs] = SplitKwargs(EvalArgs(f.body, env));
+      auto split4 = SplitKwargs(EvalArgs(f.body, env));
+      auto& kwargs = split4.second;  // positional arguments are ignored, as by the reference
       JsonOptions o;
       if (const Value* v = kwargs->Find("indent")) {
         if (v->type != VT::kInt && v->type != VT::kNull) Fail(pos, "tojson(): indent must be an integer");
@@ -2345,7 +2352,9 @@ class Interpreter {
       } else {
         return cannot();
       }
-      auto [positional, kwargs] = SplitKwargs(EvalArgs(f.body, env));
+      auto split5 = SplitKwargs(EvalArgs(f.body, env));
+      auto& positional = split5.first;
+      auto& kwargs = split5.second;
       Value sep = !positional.empty() ? positional[0] : Str("");
       if (positional.empty())
         if (const Value* v = kwargs->Find("separator")) sep = *v;
@@ -2353,7 +2362,9 @@ class Interpreter {
       return Str(JoinValues(items, *sep.str, pos));
     }
     if (name == "int" || name == "float") {
-      auto [positional, kwargs] = SplitKwargs(EvalArgs(f.body, env));
+      auto split6 = SplitKwargs(EvalArgs(f.body, env));
+      auto& positional = split6.first;
+      auto& kwargs = split6.second;
       Value def = !positional.empty() ? positional[0] : (name == "int" ? Int(0) : Float(0));
       if (positional.empty())
         if (const Value* v = kwargs->Find("default")) def = *v;
@@ -2363,7 +2374,9 @@ class Interpreter {
       return cannot();
     }
     if (name == "default") {
-      auto [positional, kwargs] = SplitKwargs(EvalArgs(f.body, env));
+      auto split7 = SplitKwargs(EvalArgs(f.body, env));
+      auto& positional = split7.first;
+      auto& kwargs = split7.second;
       const Value def = !positional.empty() ? positional[0] : Str("");
       Value boolean = positional.size() > 1 ? positional[1] : Bool(false);
       if (positional.size() <= 1)
@@ -2375,7 +2388,9 @@ class Interpreter {
     if (operand.type == VT::kArray) {
       const std::vector<Value>& a = *operand.arr;
       if (name == "sort") {
-        auto [positional, kwargs] = SplitKwargs(EvalArgs(f.body, env));
+        auto split8 = SplitKwargs(EvalArgs(f.body, env));
+        auto& positional = split8.first;
+        auto& kwargs = split8.second;
         auto arg = [&](size_t i, const char* key, Value def) {
           if (i < positional.size()) return positional[i];
           const Value* v = kwargs->Find(key);
@@ -2424,7 +2439,8 @@ class Interpreter {
         return Array(std::move(out));
       }
       if (name == "map") {
-        auto [positional, kwargs] = SplitKwargs(EvalArgs(f.body, env));
+        auto split9 = SplitKwargs(EvalArgs(f.body, env));
+        auto& kwargs = split9.second;  // positional arguments are ignored, as by the reference
         const Value* attr = kwargs->Find("attribute");
         if (attr == nullptr) Fail(pos, "map() is supported only with attribute=...");
         if (attr->type != VT::kString) Fail(pos, "map(): attribute must be a string");
@@ -2441,7 +2457,9 @@ class Interpreter {
     }
     if (operand.type == VT::kString) {
       if (name == "indent") {
-        auto [positional, kwargs] = SplitKwargs(EvalArgs(f.body, env));
+        auto split10 = SplitKwargs(EvalArgs(f.body, env));
+        auto& positional = split10.first;
+        auto& kwargs = split10.second;
         auto arg = [&](size_t i, const char* key, Value def) {
           if (i < positional.size()) return positional[i];
           const Value* v = kwargs->Find(key);
