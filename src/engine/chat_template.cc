@@ -1336,7 +1336,9 @@ struct Function {
   std::string name;
   Value receiver;           // kMethod
   const Node* macro = nullptr;  // kMacro
-  std::shared_ptr<Env> env;     // kMacro: where it was defined
+  // kMacro: the scope it was defined in. Weak: that scope holds the macro, and a strong
+  // pointer back would keep both alive forever.
+  std::weak_ptr<Env> env;
 };
 
 struct Env {
@@ -1875,7 +1877,7 @@ class Interpreter {
     f->kind = Function::kMacro;
     f->name = n.str;
     f->macro = &n;
-    f->env = env;  // a macro refers to the scope it is defined in (a cycle only if it is stored there; freed with it)
+    f->env = env;
     env->vars[n.str] = Func(std::move(f));
   }
 
@@ -1966,7 +1968,8 @@ class Interpreter {
       case Function::kMethod: return CallMethod(f.receiver, f.name, std::move(args), pos);
       case Function::kMacro: {
         auto scope = std::make_shared<Env>();
-        scope->parent = f.env;
+        scope->parent = f.env.lock();
+        if (!scope->parent) Fail(pos, "macro '" + f.name + "' called after the scope it was defined in ended");
         auto split2 = SplitKwargs(std::move(args));
         auto& positional = split2.first;
         auto& kwargs = split2.second;

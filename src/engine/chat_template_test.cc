@@ -269,6 +269,12 @@ TEST(ChatTemplateTest, DeepNestingAndHugeInputsAreErrorsNotCrashes) {
   EXPECT_THAT(RenderError("{% set r = range(100000) %}{% for i in r %}{% for j in r %}{% endfor %}{% endfor %}"),
               HasSubstr("steps"));
   EXPECT_THAT(RenderError("{% set ns = namespace() %}{% set ns.self = ns %}"), HasSubstr("namespace inside a namespace"));
+  // A macro keeps only a weak link to its scope (no reference cycle): one defined in a loop
+  // and called after the loop is an error, not a dangling scope.
+  EXPECT_THAT(RenderError("{% set ns = namespace() %}{% for i in [1] %}{% macro m() %}x{% endmacro %}{% set ns.m = m %}"
+                          "{% endfor %}{{ ns['m']() }}"),
+              HasSubstr("called after the scope it was defined in ended"));
+  EXPECT_EQ(Render("{% macro twice(s) %}{{ s ~ s }}{% endmacro %}{% for i in [1, 2] %}{{ twice(i) }}{% endfor %}", {}), "1122");
 }
 
 // ---------------------------------------------------------------------------------------
