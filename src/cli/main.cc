@@ -10,6 +10,7 @@
 //   serve     serve a model over an OpenAI-compatible HTTP API (starts its workers)
 //   worker    one model instance serving the scheduler over gRPC (started by serve)
 //   chat-template  render conversations with a model's chat template (JSON lines)
+//   tokenize / detokenize  text <-> token ids with a model's tokenizer (JSON lines)
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -20,6 +21,7 @@
 #include "cli/model_setup.h"
 #include "cli/profile_command.h"
 #include "cli/serve_command.h"
+#include "cli/tokenize_command.h"
 #include "engine/model_config.h"
 
 namespace {
@@ -99,6 +101,9 @@ int main(int argc, char** argv) {
   CLI::App* wkc = AddWorkerCommand(app, &wk);
   ChatTemplateArgs ct;
   CLI::App* ctc = AddChatTemplateCommand(app, &ct);
+  TokenizeArgs tk, dtk;
+  CLI::App* dtkc = nullptr;
+  CLI::App* tkc = AddTokenizeCommands(app, &tk, &dtk, &dtkc);
 
   // CLI11 reports a misspelt subcommand as "a subcommand is required"; name it instead.
   if (argc > 1 && argv[1][0] != '-') {
@@ -130,5 +135,7 @@ int main(int argc, char** argv) {
   if (*svc) return RunServe(sv);
   if (*wkc) return RunWorker(wk);
   if (*ctc) return RunChatTemplate(ct);
+  if (*tkc) return RunTokenize(tk);
+  if (*dtkc) return RunDetokenize(dtk);
   return 2;
 }

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
 #include <nlohmann/json.hpp>
 
 #include "common/input.h"
 #include "common/json_keys.h"
+#include "engine/tokenizer_bpe.h"
 
 namespace tediserve::engine {
 
@@ -75,6 +77,67 @@ bool IsCharacterSplit(const json& pre) {
 
 }  // namespace
 
+std::string ReplaceInvalidUtf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char b = p[i];
+    if (b < 0x80) {
+      out.push_back(static_cast<char>(b));
+      ++i;
+      continue;
+    }
+    // The WHATWG UTF-8 decoder: the lead byte fixes the length and the range of the first
+    // continuation byte (no overlongs, no surrogates, nothing above U+10FFFF); an unexpected
+    // byte ends the sequence with one U+FFFD and is itself decoded next.
+    size_t need = 0;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (b >= 0xC2 && b <= 0xDF) {
+      need = 1;
+    } else if (b >= 0xE0 && b <= 0xEF) {
+      need = 2;
+      if (b == 0xE0) lo = 0xA0;
+      if (b == 0xED) hi = 0x9F;
+    } else if (b >= 0xF0 && b <= 0xF4) {
+      need = 3;
+      if (b == 0xF0) lo = 0x90;
+      if (b == 0xF4) hi = 0x8F;
+    } else {
+      out += kReplacement;
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    bool ok = true;
+    for (size_t k = 0; k < need; ++k, ++j) {
+      if (j >= n || p[j] < lo || p[j] > hi) {
+        ok = false;
+        break;
+      }
+      lo = 0x80;
+      hi = 0xBF;
+    }
+    if (ok) {
+      out.append(text.substr(i, j - i));
+    } else {
+      out += kReplacement;
+    }
+    i = j;
+  }
+  return out;
+}
+
+StatusOr<Tokenizer> Tokenizer::FromFileOrDir(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return FromFile((std::filesystem::path(path) / "tokenizer.json").string());
+  }
+  return FromFile(path);
+}
+
 StatusOr<Tokenizer> Tokenizer::FromFile(const std::string& path) {
   ASSIGN_OR_RETURN(const std::string text, ReadFile(path, "tokenizer", kMaxTokenizerBytes));
   StatusOr<Tokenizer> tok = FromJson(text);
@@ -96,22 +159,23 @@ StatusOr<Tokenizer> Tokenizer::FromJson(const std::string& json_text) {
     return InvalidArgument("tokenizer has no string 'model.type'");
   }
   const std::string type = type_it->get<std::string>();
-  if (type != "WordLevel") {
+  if (type != "WordLevel" && type != "BPE") {
     return Unimplemented("tokenizer model type '" + Shown(type) +
-                         "' is not supported yet (supported: WordLevel)");
+                         "' is not supported (supported: WordLevel, BPE)");
   }
   // Greedy matching equals the Hugging Face result only when the text is split into single
-  // characters first and not rewritten; refuse anything else.
-  if (j.contains("normalizer") && !j.at("normalizer").is_null()) {
+  // characters first and not rewritten; refuse anything else. (BPE checks its own.)
+  if (type == "WordLevel" && j.contains("normalizer") && !j.at("normalizer").is_null()) {
     return Unimplemented("tokenizer normalizer " + JsonSnippet(j.at("normalizer")) +
                          " is not supported");
   }
-  if (j.contains("pre_tokenizer") && !IsCharacterSplit(j.at("pre_tokenizer"))) {
+  if (type == "WordLevel" && j.contains("pre_tokenizer") && !IsCharacterSplit(j.at("pre_tokenizer"))) {
     return Unimplemented("tokenizer pre_tokenizer " + JsonSnippet(j.at("pre_tokenizer")) +
                          " is not supported (only a Split on the empty string)");
   }
 
   Tokenizer tok;
+  tok.model_type_ = type;
   auto add = [&tok](const std::string& token, const json& id_json, bool special) -> Status {
     StatusOr<int64_t> id_or = JsonInt(id_json, "id", 0, kMaxTokenId);
     if (!id_or.ok()) {
@@ -170,6 +234,9 @@ StatusOr<Tokenizer> Tokenizer::FromJson(const std::string& json_text) {
     }
   }
   if (tok.id_to_token_.empty()) return InvalidArgument("tokenizer vocabulary is empty");
+  if (type == "BPE") {
+    ASSIGN_OR_RETURN(tok.bpe_, tokenizer_internal::Bpe::Build(j, tok.id_to_token_, tok.special_));
+  }
 
   for (const char* name : {"<|eos|>", "<|endoftext|>", "</s>", "<eos>"}) {
     const auto id = tok.TokenToId(name);
@@ -181,8 +248,12 @@ StatusOr<Tokenizer> Tokenizer::FromJson(const std::string& json_text) {
   return tok;
 }
 
-StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text) const {
+StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, bool add_special_tokens) const {
   std::vector<int32_t> ids;
+  if (bpe_ != nullptr) {
+    RETURN_IF_ERROR(bpe_->Encode(ReplaceInvalidUtf8(text), add_special_tokens, &ids));
+    return ids;
+  }
   ids.reserve(text.size());
   size_t i = 0;
   while (i < text.size()) {
@@ -219,12 +290,21 @@ StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text) const {
 }
 
 std::string Tokenizer::Decode(const std::vector<int32_t>& ids, int32_t stop_id) const {
+  return DecodeImpl(ids, stop_id, /*skip_special=*/true);
+}
+
+std::string Tokenizer::DecodeAll(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+  return DecodeImpl(ids, -1, skip_special_tokens);
+}
+
+std::string Tokenizer::DecodeImpl(const std::vector<int32_t>& ids, int32_t stop_id, bool skip_special) const {
+  if (bpe_ != nullptr) return bpe_->Decode(ids, stop_id, skip_special);
   std::string text;
   for (int32_t id : ids) {
     if (stop_id >= 0 && id == stop_id) break;
     if (id < 0 || id >= vocab_size() || id_to_token_[id].empty()) {
       text += kReplacement;
-    } else if (!special_[id]) {
+    } else if (!skip_special || !special_[id]) {
       text += id_to_token_[id];
     }
   }

@@ -118,9 +118,9 @@ TEST(TokenizerTest, NoEosTokenMeansNoStop) {
 
 TEST(TokenizerTest, OtherModelTypesAreUnimplemented) {
   json j = CharTokenizer();
-  j["model"]["type"] = "BPE";
+  j["model"]["type"] = "Unigram";
   ExpectJsonError(j, StatusCode::kUnimplemented,
-                  "tokenizer model type 'BPE' is not supported yet");
+                  "tokenizer model type 'Unigram' is not supported (supported: WordLevel, BPE)");
   j = CharTokenizer();
   j["pre_tokenizer"] = {{"type", "ByteLevel"}};
   ExpectJsonError(j, StatusCode::kUnimplemented, "pre_tokenizer");
