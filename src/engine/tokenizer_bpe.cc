@@ -171,7 +171,9 @@ StatusOr<std::string> OnigurumaToPcre2(std::string_view p) {
           continue;
         }
         if (ci > 0 && IsAsciiLetter(d)) {
-          if ((k + 1 < p.size() && p[k + 1] == '-') || (k > i + 1 && p[k - 1] == '-')) {
+          const bool range_from = k + 2 < p.size() && p[k + 1] == '-' && p[k + 2] != ']';
+          const bool range_to = k >= i + 3 && p[k - 1] == '-' && p[k - 2] != '[' && p[k - 2] != '^';
+          if (range_from || range_to) {
             return Unsupported(p.substr(k > 0 ? k - 1 : k, 3), k, p);  // a letter range under (?i:)
           }
           out.push_back(d);
@@ -424,8 +426,9 @@ Status Bpe::AddedSplitter::Split(std::string_view text, Fn&& fn) const {
 namespace {
 
 Status CheckKeys(const json& obj, const std::string& what, std::initializer_list<const char*> allowed) {
-  for (const auto& [key, value] : obj.items()) {
-    if (std::find_if(allowed.begin(), allowed.end(), [&](const char* a) { return key == a; }) == allowed.end()) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    const std::string& key = it.key();  // (no structured binding: clang 14 cannot capture one)
+    if (std::find_if(allowed.begin(), allowed.end(), [&key](const char* a) { return key == a; }) == allowed.end()) {
       return Unimplemented(what + " option '" + Shown(key) + "' is not supported");
     }
   }

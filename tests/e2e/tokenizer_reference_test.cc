@@ -8,6 +8,8 @@
 // strings, the ByteLevel regex, add_prefix_space, a TemplateProcessing post-processor,
 // Sequence normalizers, ignore_merges and normalized added tokens. Fails (never skips) when
 // node or the npm packages are missing.
+#include <sys/wait.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/input.h"
+#include "common/status.h"
 #include "common/temp_dir.h"
 
 namespace tediserve {
@@ -168,6 +171,67 @@ TEST(TokenizerReferenceTest, VariantsMatchReference) {
     EXPECT_EQ(c.id_mismatches, 0) << variant;
     EXPECT_EQ(c.text_mismatches, 0) << variant;
   }
+}
+
+
+// Bad input to the CLI: a clear message naming the file and line, exit 2, no crash. Uses the
+// bundled tiny model's WordLevel tokenizer (no node needed).
+TEST(TokenizerCliTest, BadInputIsAClearError) {
+  TempDir dir("tedi_tokenizer_cli");
+  ASSERT_FALSE(dir.path().empty());
+  const std::string model = (kSource / "models" / "tiny-llada").string();
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir.File(name), std::ios::binary) << text;
+    return dir.File(name);
+  };
+  // Returns the exit status; stderr in `err`, stdout in `out`.
+  auto run = [&](const std::string& args, std::string* out, std::string* err) {
+    const std::string o = dir.File("out"), e = dir.File("err");
+    const int rc = std::system((std::string(TEDISERVE_BIN) + " " + args + " >" + Quote(o) + " 2>" + Quote(e)).c_str());
+    *out = Slurp(o);
+    *err = Slurp(e);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  };
+  std::string out, err;
+  const std::string texts = write("texts.jsonl", "\"12+3=\"\n\"1<|mask|>2\"\n");
+  ASSERT_EQ(run("tokenize --tokenizer " + Quote(model) + " --input " + Quote(texts), &out, &err), 0) << err;
+  const std::string ids = write("ids.jsonl", out);
+  ASSERT_EQ(run("detokenize --tokenizer " + Quote(model) + " --input " + Quote(ids), &out, &err), 0) << err;
+  EXPECT_EQ(out, "\"12+3=\"\n\"1<|mask|>2\"\n");
+  ASSERT_EQ(run("detokenize --skip-special-tokens --tokenizer " + Quote(model) + " --input " + Quote(ids), &out, &err), 0) << err;
+  EXPECT_EQ(out, "\"12+3=\"\n\"12\"\n");
+
+  const std::vector<std::pair<std::string, std::string>> tokenize_cases = {
+      {"\"12\"\n12\n", ":2: expected a JSON string, got 12"},
+      {"\"12\"\n\n\"3\"\n", ":2: empty line"},
+      {"\"12\"\n\"1\n", ":2: not valid JSON"},
+      {"\"a\\ud800b\"\n", ":1: not valid JSON"},  // a lone surrogate escape
+      {"\"aQ\"\n", ":1: character 'Q' (U+0051) at byte offset 1 is not in the tokenizer vocabulary"},
+  };
+  for (const auto& [text, message] : tokenize_cases) {
+    const std::string f = write("bad.jsonl", text);
+    EXPECT_EQ(run("tokenize --tokenizer " + Quote(model) + " --input " + Quote(f), &out, &err), 2) << text;
+    EXPECT_NE(err.find(f + message), std::string::npos) << err;
+  }
+  const std::vector<std::pair<std::string, std::string>> detokenize_cases = {
+      {"[1,2]\n[3, 99999]\n", ":2: element 1 (99999) is not a token id of this tokenizer"},
+      {"[-1]\n", ":1: element 0 (-1) is not a token id"},
+      {"[1.5]\n", ":1: element 0 (1.5) is not a token id"},
+      {"[1,2\n", ":1: not valid JSON"},
+      {"\"12\"\n", ":1: expected a JSON array of token ids"},
+  };
+  for (const auto& [text, message] : detokenize_cases) {
+    const std::string f = write("bad.jsonl", text);
+    EXPECT_EQ(run("detokenize --tokenizer " + Quote(model) + " --input " + Quote(f), &out, &err), 2) << text;
+    EXPECT_NE(err.find(f + message), std::string::npos) << err;
+  }
+  EXPECT_NE(run("tokenize --tokenizer " + Quote(model) + " --input " + Quote(dir.File("absent.jsonl")), &out, &err), 0);
+  EXPECT_NE(err.find("absent.jsonl: no such file"), std::string::npos) << err;
+  EXPECT_NE(run("tokenize --tokenizer " + Quote(dir.File("absent")) + " --input " + Quote(texts), &out, &err), 0);
+  EXPECT_NE(err.find("absent: no such file"), std::string::npos) << err;
+  const std::string unknown = write("unknown.json", R"({"model": {"type": "Unigram", "vocab": []}})");
+  EXPECT_EQ(run("tokenize --tokenizer " + Quote(unknown) + " --input " + Quote(texts), &out, &err), ExitCode(StatusCode::kUnimplemented));
+  EXPECT_NE(err.find("tokenizer model type 'Unigram' is not supported"), std::string::npos) << err;
 }
 
 }  // namespace
