@@ -8,7 +8,8 @@
 //   collect-steps    step logs for the step predictor: requests under every candidate threshold
 //   train-predictor  train the step predictor (XGBoost) from step logs, with a held-out report
 //   serve     serve a model over an OpenAI-compatible HTTP API (starts its workers)
-//   worker    one model instance serving the scheduler over gRPC (started by serve)
+//   agent     one per node: starts workers on its cores for the scheduler it joins
+//   worker    one model instance serving the scheduler over gRPC (started by an agent)
 //   chat-template  render conversations with a model's chat template (JSON lines)
 //   tokenize / detokenize  text <-> token ids with a model's tokenizer (JSON lines)
 #include <CLI/CLI.hpp>
@@ -99,6 +100,8 @@ int main(int argc, char** argv) {
   CLI::App* svc = AddServeCommand(app, &sv);
   WorkerArgs wk;
   CLI::App* wkc = AddWorkerCommand(app, &wk);
+  AgentArgs ag;
+  CLI::App* agc = AddAgentCommand(app, &ag);
   ChatTemplateArgs ct;
   CLI::App* ctc = AddChatTemplateCommand(app, &ct);
   TokenizeArgs tk, dtk;
@@ -134,6 +137,7 @@ int main(int argc, char** argv) {
   if (*tpc) return RunTrainPredictor(tp);
   if (*svc) return RunServe(sv);
   if (*wkc) return RunWorker(wk);
+  if (*agc) return RunAgent(ag);
   if (*ctc) return RunChatTemplate(ct);
   if (*tkc) return RunTokenize(tk);
   if (*dtkc) return RunDetokenize(dtk);

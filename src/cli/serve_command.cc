@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cli/model_setup.h"
+#include "serve/agent.h"
 #include "serve/http_server.h"
 #include "serve/runtime.h"
 #include "serve/worker.h"
@@ -84,7 +85,42 @@ CLI::App* AddServeCommand(CLI::App& app, ServeArgs* a) {
       ->check(CLI::Range(0.0, 3600.0));
   s->add_flag("--no-cache", a->no_cache, "recompute every step (no approximate KV cache)");
   s->add_option("--port-file", a->port_file, "write the bound port to this file once listening");
+  s->add_option("--agent-listen", a->agent_listen,
+                "HOST:PORT where agents join (default 127.0.0.1:0, local only; give an address other machines "
+                "reach, and TEDISERVE_CLUSTER_TOKEN, to add agents there)");
+  s->add_flag("--no-local-agent", a->no_local_agent, "start no agent here: every worker runs on joined agents");
+  s->add_option("--agent-wait", a->agent_wait_s, "at start, seconds to wait for agents to offer the layout's devices")
+      ->check(CLI::Range(0.0, 3600.0));
   return s;
+}
+
+CLI::App* AddAgentCommand(CLI::App& app, AgentArgs* a) {
+  CLI::App* g = app.add_subcommand("agent", "run this node's workers for a scheduler (tediserve serve) it joins");
+  g->add_option("--join", a->join, "the scheduler's agent address, HOST:PORT (serve --agent-listen)")->required();
+  g->add_option("--node", a->node, "this node's name, unique in the cluster (default: the host name)");
+  g->add_option("--cores", a->cores, "its devices: the core behind each, e.g. 0,1,2,3 (default: every core)");
+  g->add_option("--model", a->model_dir, "model folder its workers load (default: the scheduler's path)");
+  g->add_option("--worker-host", a->worker_host, "address its workers listen on; the scheduler must reach it");
+  g->add_option("--retry-seconds", a->retry_s, "pause between attempts to join")->check(CLI::Range(0.01, 3600.0));
+  g->add_flag("--exit-on-stdin-eof", a->exit_on_stdin_eof, "exit when stdin closes (set by serve's local agent)");
+  return g;
+}
+
+int RunAgent(const AgentArgs& a) {
+  auto cores = IntList(a.cores, "--cores", 0, 4095);
+  if (!cores.ok()) return ReportError(cores.status());
+  serve::AgentOptions o;
+  o.join = a.join;
+  o.node = a.node;
+  o.cores = *cores;
+  o.model_dir = a.model_dir;
+  if (!o.model_dir.empty() && !fs::is_directory(o.model_dir))
+    return ReportError(NotFound("--model " + o.model_dir + ": no such folder"));
+  o.worker_host = a.worker_host;
+  o.retry_s = a.retry_s;
+  if (const char* t = std::getenv("TEDISERVE_CLUSTER_TOKEN")) o.token = t;
+  Status s = serve::RunAgent(o, a.exit_on_stdin_eof);
+  return s.ok() ? 0 : ReportError(s);
 }
 
 CLI::App* AddWorkerCommand(CLI::App& app, WorkerArgs* a) {
@@ -140,13 +176,21 @@ int RunServe(const ServeArgs& a) {
   ro.slo_scale = a.slo_scale;
   ro.max_live = a.max_queue;
   ro.use_cache = !a.no_cache;
-  // A fresh secret per run: workers accept only this scheduler.
-  {
+  ro.local_agent = !a.no_local_agent;
+  ro.agent_listen = a.agent_listen;
+  ro.agent_wait_s = a.agent_wait_s;
+  // Agents and workers accept only this scheduler: the operator's secret, or a fresh one per
+  // run when every agent is local.
+  if (const char* t = std::getenv("TEDISERVE_CLUSTER_TOKEN"); t != nullptr && *t != 0) {
+    ro.cluster_token = t;
+  } else if (a.no_local_agent) {
+    return ReportError(InvalidArgument("--no-local-agent: set TEDISERVE_CLUSTER_TOKEN here and on the agents"));
+  } else {
     std::ifstream ur("/dev/urandom", std::ios::binary);
     unsigned char b[16] = {};
     ur.read(reinterpret_cast<char*>(b), sizeof b);
     static const char* hex = "0123456789abcdef";
-    for (unsigned char c : b) ro.worker_token += std::string{hex[c >> 4], hex[c & 15]};
+    for (unsigned char c : b) ro.cluster_token += std::string{hex[c >> 4], hex[c & 15]};
   }
   auto rt = serve::Runtime::Start(ro);
   if (!rt.ok()) return ReportError(rt.status());
@@ -163,8 +207,13 @@ int RunServe(const ServeArgs& a) {
   serve::HttpServer http(rt->get(), ho);
   auto port = http.Bind();
   if (!port.ok()) return ReportError(port.status());
-  std::cerr << "tediserve serve: " << (*rt)->model_name() << " on http://" << a.host << ":" << *port << " ("
-            << ro.layout.size() << " instance(s), policy " << a.policy << ")" << std::endl;
+  {  // one write, so that a log line of another thread cannot land inside it
+    std::ostringstream line;
+    line << "tediserve serve: " << (*rt)->model_name() << " on http://" << a.host << ":" << *port << " ("
+         << ro.layout.size() << " instance(s), policy " << a.policy << "; agents join " << (*rt)->agent_address()
+         << ")\n";
+    std::cerr << line.str() << std::flush;
+  }
   if (!a.port_file.empty()) {
     const std::string tmp = a.port_file + ".tmp";
     std::ofstream(tmp) << *port << "\n";

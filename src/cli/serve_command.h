@@ -1,5 +1,6 @@
-// `tediserve serve` (HTTP front end + policy core + local workers) and `tediserve worker`
-// (one model instance), docs/design.md section 5.
+// `tediserve serve` (HTTP front end + policy core; starts a local agent), `tediserve agent`
+// (one per node: starts workers on its cores) and `tediserve worker` (one model instance),
+// docs/design.md section 5.
 #pragma once
 
 #include <string>
@@ -28,6 +29,19 @@ struct ServeArgs {
   double drain_s = 10;
   bool no_cache = false;
   std::string port_file;         // write the bound port here once listening (tests, scripts)
+  std::string agent_listen = "127.0.0.1:0";  // where agents join
+  bool no_local_agent = false;
+  double agent_wait_s = 60;
+};
+
+struct AgentArgs {
+  std::string join;
+  std::string node;
+  std::string cores;
+  std::string model_dir;
+  std::string worker_host = "127.0.0.1";
+  double retry_s = 1;
+  bool exit_on_stdin_eof = false;
 };
 
 struct WorkerArgs {
@@ -40,6 +54,8 @@ struct WorkerArgs {
 
 CLI::App* AddServeCommand(CLI::App& app, ServeArgs* args);
 CLI::App* AddWorkerCommand(CLI::App& app, WorkerArgs* args);
+CLI::App* AddAgentCommand(CLI::App& app, AgentArgs* args);
+int RunAgent(const AgentArgs& args);
 int RunServe(const ServeArgs& args);
 int RunWorker(const WorkerArgs& args);
 

@@ -116,7 +116,10 @@ void HttpServer::Routes() {
   svr_->Get("/health", [rt](const httplib::Request&, httplib::Response& res) {
     const int up = rt->instances_up();
     res.status = up > 0 ? 200 : 503;
-    res.set_content(json({{"status", up > 0 ? "ok" : "no worker up"}, {"instances_up", up}}).dump(),
+    json agents = json::array();
+    for (const AgentInfo& a : rt->Agents())
+      agents.push_back({{"node", a.node}, {"pid", a.pid}, {"devices", a.devices.size()}});
+    res.set_content(json({{"status", up > 0 ? "ok" : "no worker up"}, {"instances_up", up}, {"agents", agents}}).dump(),
                     "application/json");
   });
   svr_->Get("/metrics", [m](const httplib::Request&, httplib::Response& res) {

@@ -24,7 +24,21 @@ std::string SelfExe() {
   return buf;
 }
 
-StatusOr<LaunchedWorker> LaunchWorker(const WorkerLaunch& l) {
+std::string JoinInts(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i > 0) s += ',';
+    s += std::to_string(v[i]);
+  }
+  return s;
+}
+
+namespace {
+
+// Spawns exe with args, `env_key`=`env_value` in its environment (replacing any inherited
+// one), stdin a pipe from us, stdout read until a line containing `prefix`.
+StatusOr<ChildProcess> Spawn(std::vector<std::string> args, const std::string& env_key, const std::string& env_value,
+                             const std::string& prefix, double timeout_s, const std::string& what) {
   int in[2], out[2];
   if (pipe2(in, O_CLOEXEC) != 0) return Internal("pipe: " + std::string(strerror(errno)));
   if (pipe2(out, O_CLOEXEC) != 0) {
@@ -32,24 +46,14 @@ StatusOr<LaunchedWorker> LaunchWorker(const WorkerLaunch& l) {
     close(in[1]);
     return Internal("pipe: " + std::string(strerror(errno)));
   }
-  std::string cores;
-  for (size_t i = 0; i < l.cores.size(); ++i) {
-    if (i > 0) cores += ',';
-    cores += std::to_string(l.cores[i]);
-  }
-  std::vector<std::string> args = {l.exe, "worker", "--model", l.model_dir, "--tp", std::to_string(l.tp),
-                                   "--listen", "127.0.0.1:0", "--exit-on-stdin-eof"};
-  if (!cores.empty()) {
-    args.push_back("--cores");
-    args.push_back(cores);
-  }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::vector<std::string> env_store;
+  const std::string key_eq = env_key + "=";
   for (char** e = environ; *e != nullptr; ++e)
-    if (strncmp(*e, "TEDISERVE_WORKER_TOKEN=", 23) != 0) env_store.emplace_back(*e);
-  if (!l.token.empty()) env_store.push_back("TEDISERVE_WORKER_TOKEN=" + l.token);
+    if (strncmp(*e, key_eq.c_str(), key_eq.size()) != 0) env_store.emplace_back(*e);
+  if (!env_value.empty()) env_store.push_back(key_eq + env_value);
   std::vector<char*> envp;
   for (auto& e : env_store) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -59,23 +63,26 @@ StatusOr<LaunchedWorker> LaunchWorker(const WorkerLaunch& l) {
   posix_spawn_file_actions_adddup2(&fa, in[0], 0);
   posix_spawn_file_actions_adddup2(&fa, out[1], 1);
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, l.exe.c_str(), &fa, nullptr, argv.data(), envp.data());
+  const int rc = posix_spawn(&pid, args[0].c_str(), &fa, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   close(in[0]);
   close(out[1]);
   if (rc != 0) {
     close(in[1]);
     close(out[0]);
-    return Unavailable("cannot start worker " + l.exe + ": " + strerror(rc));
+    return Unavailable("cannot start " + what + " " + args[0] + ": " + strerror(rc));
   }
-  LaunchedWorker w;
-  w.pid = pid;
-  w.stdin_fd = in[1];
-  // Read "tediserve-worker listening on HOST:PORT\n".
-  std::string line;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(l.start_timeout_s);
-  const std::string prefix = "tediserve-worker listening on ";
-  while (line.find('\n') == std::string::npos) {
+  ChildProcess c;
+  c.pid = pid;
+  c.stdin_fd = in[1];
+  std::string text;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  auto ready_line = [&]() -> std::string::size_type {
+    const size_t at = text.find(prefix);
+    if (at == std::string::npos) return std::string::npos;
+    return text.find('\n', at);
+  };
+  while (ready_line() == std::string::npos) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) break;
     pollfd p{out[0], POLLIN, 0};
@@ -84,23 +91,52 @@ StatusOr<LaunchedWorker> LaunchWorker(const WorkerLaunch& l) {
       char buf[256];
       const ssize_t n = read(out[0], buf, sizeof buf);
       if (n <= 0) break;
-      line.append(buf, static_cast<size_t>(n));
-      if (line.size() > 4096) break;
+      text.append(buf, static_cast<size_t>(n));
+      if (text.size() > 16384) break;
     }
   }
   close(out[0]);
-  const size_t at = line.find(prefix);
-  const size_t nl = line.find('\n');
-  if (at == std::string::npos || nl == std::string::npos || nl < at + prefix.size()) {
-    StopWorker(&w, 1);
-    return Unavailable("worker (tp " + std::to_string(l.tp) + ", cores " + cores +
-                       ") did not start listening; see its error above");
+  const size_t nl = ready_line();
+  if (nl == std::string::npos) {
+    StopChild(&c, 1);
+    return Unavailable(what + " did not become ready within " + std::to_string(static_cast<int>(timeout_s)) +
+                       " s; see its error above");
   }
-  w.address = line.substr(at + prefix.size(), nl - at - prefix.size());
-  return w;
+  const size_t at = text.find(prefix) + prefix.size();
+  c.ready = text.substr(at, nl - at);
+  return c;
 }
 
-bool WorkerAlive(LaunchedWorker* w) {
+}  // namespace
+
+StatusOr<ChildProcess> LaunchWorker(const WorkerLaunch& l) {
+  std::vector<std::string> args = {l.exe, "worker", "--model", l.model_dir, "--tp", std::to_string(l.tp),
+                                   "--listen", l.host + ":0", "--exit-on-stdin-eof"};
+  if (!l.cores.empty()) {
+    args.push_back("--cores");
+    args.push_back(JoinInts(l.cores));
+  }
+  ASSIGN_OR_RETURN(ChildProcess c, Spawn(std::move(args), "TEDISERVE_WORKER_TOKEN", l.token,
+                                         "tediserve-worker listening on ", l.start_timeout_s,
+                                         "worker (tp " + std::to_string(l.tp) + ", cores " + JoinInts(l.cores) + ")"));
+  return c;
+}
+
+StatusOr<ChildProcess> LaunchAgent(const AgentLaunch& l) {
+  std::vector<std::string> args = {l.exe, "agent", "--join", l.join, "--node", l.node, "--exit-on-stdin-eof"};
+  if (!l.model_dir.empty()) {
+    args.push_back("--model");
+    args.push_back(l.model_dir);
+  }
+  if (!l.cores.empty()) {
+    args.push_back("--cores");
+    args.push_back(JoinInts(l.cores));
+  }
+  return Spawn(std::move(args), "TEDISERVE_CLUSTER_TOKEN", l.token, "tediserve-agent joined ", l.start_timeout_s,
+               "local agent");
+}
+
+bool ChildAlive(ChildProcess* w) {
   if (w->pid <= 0) return false;
   int status = 0;
   const pid_t r = waitpid(w->pid, &status, WNOHANG);
@@ -111,7 +147,7 @@ bool WorkerAlive(LaunchedWorker* w) {
   return true;
 }
 
-void StopWorker(LaunchedWorker* w, double grace_s) {
+void StopChild(ChildProcess* w, double grace_s) {
   if (w->stdin_fd >= 0) {
     close(w->stdin_fd);
     w->stdin_fd = -1;
@@ -120,7 +156,7 @@ void StopWorker(LaunchedWorker* w, double grace_s) {
   kill(w->pid, SIGTERM);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
   while (std::chrono::steady_clock::now() < deadline) {
-    if (!WorkerAlive(w)) return;
+    if (!ChildAlive(w)) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   kill(w->pid, SIGKILL);

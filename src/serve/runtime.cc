@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <future>
 #include <iostream>
+#include <set>
 
 #include "common/input.h"
 #include "engine/model_config.h"
@@ -20,7 +21,19 @@ constexpr double kNever = std::numeric_limits<double>::infinity();
 const std::vector<double> kLatencyBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                             0.5,   1,      2.5,   5,    10,    30,   60};
 
-void Log(const std::string& m) { std::cerr << "tediserve serve: " << m << std::endl; }
+void Log(const std::string& m) { std::cerr << ("tediserve serve: " + m + "\n") << std::flush; }
+
+constexpr int kMaxRestarts = 5;          // of one worker between agent joins, and of the local agent
+constexpr double kWorkerStartTimeout = 150;
+const char* const kLocalNode = "local";
+
+// The address the local agent dials: the hub's, with a wildcard host replaced by loopback.
+std::string LocalJoinAddress(const std::string& hub) {
+  const size_t colon = hub.rfind(':');
+  const std::string host = hub.substr(0, colon);
+  if (host == "0.0.0.0" || host == "[::]" || host == "::") return "127.0.0.1" + hub.substr(colon);
+  return hub;
+}
 
 }  // namespace
 
@@ -48,6 +61,12 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(RuntimeOptions o) {
   if (o.max_live < 1) return InvalidArgument("--max-queue must be >= 1");
   if (!(o.slo_scale > 0) || !std::isfinite(o.slo_scale)) return InvalidArgument("--slo-scale must be > 0");
   if (o.worker_exe.empty()) o.worker_exe = SelfExe();
+  if (!(o.agent_wait_s >= 0) || o.agent_wait_s > 3600) return InvalidArgument("--agent-wait must be in [0, 3600] s");
+  {
+    std::error_code ec;
+    const auto abs = std::filesystem::absolute(o.model_dir, ec);
+    if (!ec) o.model_dir = abs.lexically_normal().string();
+  }
 
   std::unique_ptr<Runtime> rt(new Runtime());
   rt->t0_ = std::chrono::steady_clock::now();
@@ -93,23 +112,64 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(RuntimeOptions o) {
   rt->options_ = o;
   rt->DeclareMetrics();
 
-  // Workers, started side by side; the host starts with those that came up.
-  size_t next_core = 0;
-  std::vector<std::future<Status>> starts;
+  // Agents: the local one (this machine's cores) and any that join from elsewhere. Their
+  // callbacks run on gRPC threads and are posted to the loop (queued until it runs).
+  Runtime* r = rt.get();
+  AgentHub::Callbacks cb;
+  cb.joined = [r](const AgentInfo& a) { r->Post([r, a] { r->OnAgentJoined(a); }); };
+  cb.left = [r](const std::string& node, const std::string& why) {
+    r->Post([r, node, why] { r->OnAgentLeft(node, why); });
+  };
+  cb.worker_exited = [r](const std::string& node, int64_t pid, const std::string& why) {
+    r->Post([r, node, pid, why] { r->OnWorkerExited(node, pid, why); });
+  };
+  ASSIGN_OR_RETURN(rt->hub_, AgentHub::Start(o.agent_listen, o.cluster_token, std::move(cb)));
+  if (o.local_agent) {
+    AgentLaunch al{o.worker_exe, LocalJoinAddress(rt->hub_->address()), "", o.cores, kLocalNode, o.cluster_token};
+    auto agent = LaunchAgent(al);
+    if (!agent.ok()) return agent.status().WithContext("starting the local agent");
+    rt->local_agent_ = *agent;
+  }
+
+  // Place each instance on an agent with enough free devices, waiting for agents to join.
   for (size_t i = 0; i < o.layout.size(); ++i) {
     Instance inst;
     inst.info.id = static_cast<policy::InstanceId>(i);
     inst.info.tp = o.layout[i];
-    for (int k = 0; k < o.layout[i]; ++k) inst.info.devices.push_back(o.cores[next_core++]);
     rt->instances_[inst.info.id] = std::move(inst);
   }
+  const auto wait_until = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.agent_wait_s);
+  size_t placed = 0;
+  while (true) {
+    rt->agents_.clear();
+    for (const AgentInfo& a : rt->hub_->Agents()) rt->NoteAgent(a);
+    placed = 0;
+    for (auto& [id, inst] : rt->instances_) {
+      inst.node.clear();
+      inst.info.devices.clear();
+    }
+    for (auto& [id, inst] : rt->instances_) placed += rt->Place(inst) ? 1 : 0;
+    if (placed == rt->instances_.size() || std::chrono::steady_clock::now() >= wait_until) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (placed == 0)
+    return Unavailable("no agent offered the devices of any instance within " +
+                       std::to_string(static_cast<int>(o.agent_wait_s)) + " s (agents join " +
+                       rt->hub_->address() + ")");
+
+  // Workers, started side by side; the host starts with those that came up.
+  std::vector<std::future<Status>> starts;
   for (auto& [id, inst] : rt->instances_) {
+    if (inst.node.empty()) {
+      Log("instance " + std::to_string(id) + " (tp " + std::to_string(inst.info.tp) +
+          ") waits for an agent with free devices");
+      continue;
+    }
     Instance* p = &inst;
-    Runtime* r = rt.get();
     starts.push_back(std::async(std::launch::async, [r, p] {
       p->generation = 1;
-      ASSIGN_OR_RETURN(Started w, r->LaunchAndConnect(p->info, p->generation));
-      p->proc = w.proc;
+      ASSIGN_OR_RETURN(Started w, r->LaunchAndConnect(p->node, p->info, p->generation));
+      p->pid = w.pid;
       p->client = std::move(w.client);
       p->up = true;
       return Status::Ok();
@@ -123,12 +183,13 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(RuntimeOptions o) {
   if (!first_error.ok()) {
     for (auto& [id, inst] : rt->instances_) {
       if (inst.client) inst.client->Close();
-      StopWorker(&inst.proc);
+      rt->StopInstanceWorker(inst);
     }
     return first_error.WithContext("starting workers");
   }
-  for (auto& [id, inst] : rt->instances_) ho.instances.push_back(inst.info);
-  rt->up_count_ = static_cast<int>(rt->instances_.size());
+  for (auto& [id, inst] : rt->instances_)
+    if (inst.up) ho.instances.push_back(inst.info);
+  rt->up_count_ = static_cast<int>(ho.instances.size());
   auto host = host::Host::Create(std::move(ho), &rt->profile_);
   if (!host.ok()) return host.status();
   rt->host_ = std::move(host).value();
@@ -144,12 +205,16 @@ Runtime::~Runtime() {
     cv_.notify_all();
   }
   if (loop_.joinable()) loop_.join();
-  for (auto& t : starters_)
-    if (t.joinable()) t.join();
   for (auto& [id, inst] : instances_) {
     if (inst.client) inst.client->Close();
-    StopWorker(&inst.proc);
+    StopInstanceWorker(inst);
   }
+  // Ends the agents' streams, which also fails starts still waiting on an agent; the
+  // callbacks it triggers only queue tasks that nobody runs.
+  if (hub_) hub_->Shutdown();
+  for (auto& t : starters_)
+    if (t.joinable()) t.join();
+  StopChild(&local_agent_);  // its stdin closes: it stops the workers it still has
 }
 
 double Runtime::Now() const {
@@ -170,7 +235,7 @@ std::vector<int> Runtime::WorkerPids() const {
   const_cast<Runtime*>(this)->Post([this, done] {
     std::vector<int> pids;
     for (const auto& [id, inst] : instances_)
-      if (inst.up) pids.push_back(inst.proc.pid);
+      if (inst.up) pids.push_back(static_cast<int>(inst.pid));
     done->set_value(pids);
   });
   return fut.get();
@@ -310,7 +375,7 @@ void Runtime::Absorb(double now) {
       if (it != instances_.end()) {
         it->second.up = false;
         if (it->second.client) it->second.client->Close();
-        StopWorker(&it->second.proc);
+        StopInstanceWorker(it->second);
         --up_count_;
       }
     }
@@ -444,7 +509,7 @@ void Runtime::OnWorkerLost(policy::InstanceId id, int generation, const std::str
   auto it = instances_.find(id);
   if (it == instances_.end() || it->second.generation != generation || !it->second.up) return;
   Instance& inst = it->second;
-  Log("worker " + std::to_string(id) + " (pid " + std::to_string(inst.proc.pid) + ") lost: " + why);
+  Log("worker " + std::to_string(id) + " (pid " + std::to_string(inst.pid) + " on " + inst.node + ") lost: " + why);
   inst.up = false;
   --up_count_;
   metrics_.Add("tediserve_worker_failures_total", 1);
@@ -458,65 +523,166 @@ void Runtime::OnWorkerLost(policy::InstanceId id, int generation, const std::str
   if (!s.ok()) Log("removing worker " + std::to_string(id) + ": " + s.message());
   if (inst.client) inst.client->Close();
   inst.client.reset();
-  StopWorker(&inst.proc, 0.5);
-  if (options_.restart_workers && !draining_ && inst.restarts < 5) {
+  StopInstanceWorker(inst);
+  // Restarted on the same devices while its agent is there; otherwise when the agent rejoins.
+  if (options_.restart_workers && !draining_ && inst.restarts < kMaxRestarts && agents_.count(inst.node)) {
     ++inst.restarts;
     StartWorker(id);
-  } else if (up_count_ == 0) {
-    (void)host_->FailAll(now, "no worker is left to run it");
   }
+  FailAllIfHopeless(now);
   Absorb(now);
+}
+
+void Runtime::FailAllIfHopeless(double now) {
+  if (up_count_ > 0) return;
+  for (const auto& [id, inst] : instances_)
+    if (inst.starting) return;
+  if (options_.local_agent && !draining_ && (local_agent_starting_ || local_agent_restarts_ < kMaxRestarts)) return;
+  (void)host_->FailAll(now, "no worker is left to run it");
+}
+
+void Runtime::StopInstanceWorker(Instance& inst) {
+  if (inst.pid > 0 && hub_) hub_->StopWorker(inst.node, inst.pid);
+  inst.pid = 0;
 }
 
 void Runtime::StartWorker(policy::InstanceId id) {
   Instance& inst = instances_[id];
   inst.starting = true;
   const int gen = ++inst.generation;
-  starters_.emplace_back([this, id, gen, info = inst.info] {
-    StatusOr<Started> w = LaunchAndConnect(info, gen);
+  starters_.emplace_back([this, id, gen, node = inst.node, info = inst.info] {
+    StatusOr<Started> w = LaunchAndConnect(node, info, gen);
     const Status err = w.status();
-    LaunchedWorker lw = w.ok() ? w->proc : LaunchedWorker{};
-    std::shared_ptr<WorkerClient> client = w.ok() ? w->client : nullptr;
-    Post([this, id, gen, lw, client, err]() mutable {
+    Started started = w.ok() ? *w : Started{};
+    Post([this, id, gen, started, err]() mutable {
       Instance& inst = instances_[id];
       inst.starting = false;
       if (inst.generation != gen || draining_ || !err.ok()) {
-        if (!err.ok()) Log("restarting worker " + std::to_string(id) + ": " + err.message());
-        if (client) client->Close();
-        StopWorker(&lw, 0.5);
-        if (up_count_ == 0) {
-          (void)host_->FailAll(Now(), "no worker is left to run it");
-          Absorb(Now());
-        }
+        if (!err.ok()) Log("starting worker " + std::to_string(id) + ": " + err.message());
+        if (started.client) started.client->Close();
+        if (started.pid > 0) hub_->StopWorker(inst.node, started.pid);
+        FailAllIfHopeless(Now());
+        Absorb(Now());
         return;
       }
-      inst.proc = lw;
-      inst.client = client;
+      inst.pid = started.pid;
+      inst.client = started.client;
       inst.up = true;
       ++up_count_;
       Status s = host_->AddInstance(inst.info, Now());
       if (!s.ok()) Log("adding worker " + std::to_string(id) + ": " + s.message());
-      Log("worker " + std::to_string(id) + " restarted (pid " + std::to_string(lw.pid) + ")");
+      Log("worker " + std::to_string(id) + " started (pid " + std::to_string(started.pid) + " on " + inst.node + ")");
       Absorb(Now());
     });
   });
 }
 
-StatusOr<Runtime::Started> Runtime::LaunchAndConnect(const policy::InstanceInfo& info, int generation) {
-  const WorkerLaunch wl{options_.worker_exe, options_.model_dir, info.tp, info.devices, options_.worker_token};
-  ASSIGN_OR_RETURN(LaunchedWorker proc, LaunchWorker(wl));
+StatusOr<Runtime::Started> Runtime::LaunchAndConnect(const std::string& node, const policy::InstanceInfo& info,
+                                                     int generation) {
+  ASSIGN_OR_RETURN(RemoteWorker w,
+                   hub_->StartWorker(node, info.tp, info.devices, options_.model_dir, kWorkerStartTimeout));
   const policy::InstanceId id = info.id;
   auto c = WorkerClient::Connect(
-      proc.address, options_.worker_token, 30,
+      w.address, options_.cluster_token, 30,
       [this](rpc::BatchResult res) { Post([this, res = std::move(res)]() mutable { OnResult(std::move(res)); }); },
       [this, id, generation](const std::string& why) {
         Post([this, id, generation, why] { OnWorkerLost(id, generation, why); });
       });
   if (!c.ok()) {
-    StopWorker(&proc);
+    hub_->StopWorker(node, w.pid);
     return c.status();
   }
-  return Started{proc, std::shared_ptr<WorkerClient>(std::move(c).value().release())};
+  std::shared_ptr<WorkerClient> client(std::move(c).value().release());
+  const rpc::Ready& ready = client->ready();
+  if (ready.vocab_size() != model_config_.vocab_size || ready.mask_token_id() != model_config_.mask_token_id ||
+      ready.tp() != info.tp) {
+    client->Close();
+    hub_->StopWorker(node, w.pid);
+    return FailedPrecondition("the worker on node '" + node + "' runs model '" + ready.model() + "' (vocabulary " +
+                              std::to_string(ready.vocab_size()) + ", tp " + std::to_string(ready.tp()) +
+                              "), not this server's");
+  }
+  return Started{w.pid, client};
+}
+
+void Runtime::NoteAgent(const AgentInfo& a) {
+  agents_[a.node] = a;
+  if (!node_index_.count(a.node)) {
+    const int n = static_cast<int>(node_index_.size());
+    node_index_[a.node] = n;
+  }
+}
+
+bool Runtime::Place(Instance& inst) {
+  for (const auto& [node, a] : agents_) {
+    std::set<int> used;
+    for (const auto& [id, other] : instances_)
+      if (other.node == node) used.insert(other.info.devices.begin(), other.info.devices.end());
+    std::vector<int> free;
+    for (int d : a.devices)
+      if (!used.count(d)) free.push_back(d);
+    if (static_cast<int>(free.size()) < inst.info.tp) continue;
+    inst.node = node;
+    inst.info.node = node_index_[node];
+    inst.info.devices.assign(free.begin(), free.begin() + inst.info.tp);
+    return true;
+  }
+  return false;
+}
+
+void Runtime::OnAgentJoined(const AgentInfo& a) {
+  NoteAgent(a);
+  Log("agent '" + a.node + "' joined with " + std::to_string(a.devices.size()) + " device(s)");
+  for (auto& [id, inst] : instances_) {
+    if (inst.up || inst.starting || draining_) continue;
+    if (inst.node.empty() && !Place(inst)) continue;
+    if (inst.node != a.node) continue;
+    inst.restarts = 0;
+    StartWorker(id);
+  }
+  UpdateGauges();
+}
+
+void Runtime::OnAgentLeft(const std::string& node, const std::string& why) {
+  agents_.erase(node);
+  Log("agent '" + node + "' left (" + why + ")");
+  for (auto& [id, inst] : instances_)
+    if (inst.node == node && inst.up) OnWorkerLost(id, inst.generation, "its agent left");
+  if (node == kLocalNode && options_.local_agent && !draining_) RestartLocalAgent();
+  FailAllIfHopeless(Now());
+  Absorb(Now());
+}
+
+void Runtime::OnWorkerExited(const std::string& node, int64_t pid, const std::string& why) {
+  for (auto& [id, inst] : instances_)
+    if (inst.node == node && inst.pid == pid && inst.up) return OnWorkerLost(id, inst.generation, why);
+}
+
+void Runtime::RestartLocalAgent() {
+  if (local_agent_starting_ || local_agent_restarts_ >= kMaxRestarts) return;
+  ++local_agent_restarts_;
+  local_agent_starting_ = true;
+  StopChild(&local_agent_, 0);  // reaps it
+  AgentLaunch al{options_.worker_exe, LocalJoinAddress(hub_->address()), "", options_.cores, kLocalNode,
+                 options_.cluster_token};
+  starters_.emplace_back([this, al] {
+    StatusOr<ChildProcess> c = LaunchAgent(al);
+    Post([this, c]() mutable {
+      local_agent_starting_ = false;
+      if (!c.ok()) {
+        Log("restarting the local agent: " + c.status().message());
+        FailAllIfHopeless(Now());
+        Absorb(Now());
+        return;
+      }
+      if (draining_) {
+        StopChild(&*c, 1);
+        return;
+      }
+      local_agent_ = *c;
+      Log("local agent restarted (pid " + std::to_string(c->pid) + ")");
+    });
+  });
 }
 
 void Runtime::Finish(host::RequestRecord rec) {

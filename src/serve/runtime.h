@@ -22,6 +22,7 @@
 #include "engine/weights.h"
 #include "host/host.h"
 #include "policy/latency_profile.h"
+#include "serve/agent_hub.h"
 #include "serve/launcher.h"
 #include "serve/metrics.h"
 #include "serve/worker_client.h"
@@ -32,14 +33,19 @@ struct RuntimeOptions {
   std::string model_dir;
   std::string worker_exe;         // the tediserve binary (default: this process's)
   std::vector<int> layout{1};     // TP degree of each instance
-  std::vector<int> cores;         // cores handed out to instances in order (empty: 0, 1, ...)
+  // The local agent's devices: the core behind each (empty: 0, 1, ... as many as the layout
+  // needs). Ignored without a local agent.
+  std::vector<int> cores;
+  bool local_agent = true;        // start an agent for this machine's cores
+  std::string agent_listen = "127.0.0.1:0";  // where agents join (port 0: any free one)
+  double agent_wait_s = 60;       // at start, how long to wait for agents to offer the layout's devices
   std::string policy = "tediserve";
   std::string profile_csv;        // latency profile of this model on this machine
   std::string calibration;        // tokens per step and accuracy by threshold (policy inputs)
   double slo_scale = 10;           // SLO of a request without slo_ms: this x its solo latency
   int max_live = 256;             // admission limit: live requests (queue full -> 429)
   bool use_cache = true;
-  std::string worker_token;       // shared secret between the scheduler and its workers
+  std::string cluster_token;      // shared secret between the scheduler, its agents and workers
   double step_timeout_s = 30;     // a batch unanswered this long fails its worker
   bool restart_workers = true;    // a failed worker is started again on the same cores
 };
@@ -106,8 +112,12 @@ class Runtime {
   int block_size() const { return block_size_; }
   int instances_up() const;
   Metrics& metrics() { return metrics_; }
-  // Test hook: the pids of the worker processes now running.
+  // The pids of the worker processes now up.
   std::vector<int> WorkerPids() const;
+  // The agents now joined.
+  std::vector<AgentInfo> Agents() const { return hub_->Agents(); }
+  // host:port where agents join.
+  const std::string& agent_address() const { return hub_->address(); }
 
  private:
   Runtime() = default;
@@ -122,8 +132,9 @@ class Runtime {
     double first_final = -1;         // when the first output position became final
   };
   struct Instance {
-    policy::InstanceInfo info;
-    LaunchedWorker proc;
+    policy::InstanceInfo info;  // info.devices: devices of its node's agent
+    std::string node;           // its agent's node name
+    int64_t pid = 0;            // of its worker process, while up
     std::shared_ptr<WorkerClient> client;
     std::vector<policy::RequestId> release;  // copies to drop with its next batch
     bool up = false;
@@ -144,19 +155,35 @@ class Runtime {
   void OnResult(rpc::BatchResult r);
   void OnWorkerLost(policy::InstanceId id, int generation, const std::string& why);
   void StartWorker(policy::InstanceId id);  // launches on a helper thread, posts the result
-  // Launches the worker of instance `info` and connects to it; its results and its loss
-  // (tagged with `generation`) are posted to the loop. Any thread.
+  // Has instance `info`'s agent start its worker and connects to it; its results and its
+  // loss (tagged with `generation`) are posted to the loop. Any thread.
   struct Started {
-    LaunchedWorker proc;
+    int64_t pid = 0;
     std::shared_ptr<WorkerClient> client;
   };
-  StatusOr<Started> LaunchAndConnect(const policy::InstanceInfo& info, int generation);
+  StatusOr<Started> LaunchAndConnect(const std::string& node, const policy::InstanceInfo& info, int generation);
+  void StopInstanceWorker(Instance& inst);
+  // Agents (loop thread).
+  void NoteAgent(const AgentInfo& a);
+  bool Place(Instance& inst);  // on the first agent with inst.info.tp free devices
+  void OnAgentJoined(const AgentInfo& a);
+  void OnAgentLeft(const std::string& node, const std::string& why);
+  void OnWorkerExited(const std::string& node, int64_t pid, const std::string& why);
+  void RestartLocalAgent();
+  // Fails every live request when nothing is up and nothing is coming back.
+  void FailAllIfHopeless(double now);
   void Publish(Live& l, bool step);
   void Finish(host::RequestRecord rec);
   void UpdateGauges();
   void DeclareMetrics();
 
   RuntimeOptions options_;
+  std::unique_ptr<AgentHub> hub_;
+  ChildProcess local_agent_;        // loop thread once started
+  int local_agent_restarts_ = 0;
+  bool local_agent_starting_ = false;
+  std::map<std::string, AgentInfo> agents_;  // joined agents, by node (loop thread)
+  std::map<std::string, int> node_index_;    // node name -> InstanceInfo::node
   std::unique_ptr<engine::Tokenizer> tokenizer_;
   engine::ModelConfig model_config_;
   std::string model_name_;

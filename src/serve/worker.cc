@@ -169,6 +169,7 @@ Status RunWorker(const WorkerOptions& options, bool exit_on_stdin_eof) {
   WorkerService service(std::move(engine), name, options.token);
 
   grpc::ServerBuilder builder;
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port in use is an error, not shared
   int port = 0;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);

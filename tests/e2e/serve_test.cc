@@ -1,13 +1,17 @@
 // `tediserve serve` end to end: the real server process with its real worker processes on
 // 127.0.0.1, driven over HTTP. Answers are graded against the bundled model's held-out set.
 #include <httplib.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -36,26 +40,58 @@ std::vector<Problem> Heldout(size_t n) {
   return out;
 }
 
+// Starts `args` with stderr (and stdout) going to `log`.
+pid_t Spawn(std::vector<std::string> args, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    freopen(log.c_str(), "w", stderr);
+    dup2(2, 1);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// The direct children of a process.
+std::vector<pid_t> ChildrenOf(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  std::vector<pid_t> out;
+  for (pid_t c; f >> c;) out.push_back(c);
+  return out;
+}
+
+// A loopback port nobody listens on now (bound to port 0 and closed again).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  if (fd >= 0) close(fd);
+  return port;
+}
+
 // One server process on a free loopback port, stopped (SIGTERM, then SIGKILL) at the end.
+// `while_starting` runs once the process is started, before waiting for it to listen.
 class Server {
  public:
-  explicit Server(std::vector<std::string> extra = {}) {
+  explicit Server(std::vector<std::string> extra = {}, std::vector<std::string> base = {"--layout", "1,1", "--cores", "0,0"},
+                  const std::function<void()>& while_starting = {}) {
     dir_ = fs::temp_directory_path() / ("tedi_serve_test_" + std::to_string(getpid()) + "_" + std::to_string(n_++));
     fs::create_directories(dir_);
     const std::string port_file = (dir_ / "port").string();
-    std::vector<std::string> args = {TEDISERVE_BIN, "serve", "--port", "0", "--port-file", port_file,
-                                     "--layout", "1,1", "--cores", "0,0"};
+    std::vector<std::string> args = {TEDISERVE_BIN, "serve", "--port", "0", "--port-file", port_file};
+    args.insert(args.end(), base.begin(), base.end());
     args.insert(args.end(), extra.begin(), extra.end());
-    pid_ = fork();
-    if (pid_ == 0) {
-      const std::string log = (dir_ / "serve.log").string();
-      freopen(log.c_str(), "w", stderr);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
+    pid_ = Spawn(args, (dir_ / "serve.log").string());
+    if (while_starting) while_starting();
     for (int i = 0; i < 600 && port_ == 0; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       if (waitpid(pid_, &exit_status_, WNOHANG) == pid_) {  // it failed to start
@@ -105,6 +141,7 @@ class Server {
   }
   pid_t pid() const { return pid_; }
   int port() const { return port_; }
+  const fs::path& dir() const { return dir_; }
 
  private:
   static inline int n_ = 0;
@@ -263,16 +300,13 @@ TEST(ServeTest, KilledWorkerLosesNoRequest) {
         (status == 200 ? ok : bad)++;
       }
     });
-  // Kill one worker (a child of the server) while requests run.
+  // Kill one worker (a child of the server's local agent) while requests run.
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  std::string pids;
-  {
-    std::ifstream f("/proc/" + std::to_string(s.pid()) + "/task/" + std::to_string(s.pid()) + "/children");
-    std::getline(f, pids);
-  }
-  const pid_t victim = static_cast<pid_t>(std::atoi(pids.c_str()));
-  ASSERT_GT(victim, 0) << "no worker process found";
-  kill(victim, SIGKILL);
+  const std::vector<pid_t> agents = ChildrenOf(s.pid());
+  ASSERT_EQ(agents.size(), 1u) << "the server should have one child, its local agent";
+  const std::vector<pid_t> workers = ChildrenOf(agents[0]);
+  ASSERT_EQ(workers.size(), 2u) << "the agent should run two workers";
+  kill(workers[0], SIGKILL);
   for (auto& c : clients) c.join();
   EXPECT_EQ(ok.load(), 40) << s.Log();
   EXPECT_EQ(bad.load(), 0);
@@ -283,6 +317,122 @@ TEST(ServeTest, KilledWorkerLosesNoRequest) {
   int status = 0;
   Post(s, "/v1/completions", {{"prompt", "48+39="}, {"slo_ms", 10000}}, &status);
   EXPECT_EQ(status, 200);
+}
+
+// Waits until /health reports `up` instances; returns its body.
+json WaitHealthy(const Server& s, int up, double timeout_s) {
+  json h;
+  for (int i = 0; i < timeout_s * 20; ++i) {
+    auto r = s.Client().Get("/health");
+    if (r) h = json::parse(r->body, nullptr, false);
+    if (h.is_object() && h.value("instances_up", -1) == up) return h;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return h;
+}
+
+// kill -9 of the local agent takes its workers with it: the requests wait while the server
+// starts a new agent and workers, then every one completes.
+TEST(ServeTest, KilledAgentLosesNoRequest) {
+  Server s;
+  ASSERT_GT(s.port(), 0) << s.Log();
+  auto problems = Heldout(40);
+  std::atomic<int> ok{0}, bad{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 8; ++t)
+    clients.emplace_back([&, t] {
+      for (size_t i = static_cast<size_t>(t); i < problems.size(); i += 8) {
+        int status = 0;
+        json r = Post(s, "/v1/completions", {{"prompt", problems[i].prompt}, {"slo_ms", 20000}}, &status);
+        (status == 200 ? ok : bad)++;
+      }
+    });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const std::vector<pid_t> agents = ChildrenOf(s.pid());
+  ASSERT_EQ(agents.size(), 1u);
+  kill(agents[0], SIGKILL);
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(ok.load(), 40) << s.Log();
+  EXPECT_EQ(bad.load(), 0);
+  json h = WaitHealthy(s, 2, 30);
+  ASSERT_EQ(h.value("instances_up", -1), 2) << h.dump() << s.Log();
+  ASSERT_EQ(h["agents"].size(), 1u);
+  EXPECT_NE(h["agents"][0]["pid"].get<int64_t>(), agents[0]) << "a new local agent runs";
+  auto m = s.Client().Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("tediserve_worker_failures_total 2"), std::string::npos) << m->body;
+}
+
+// Several nodes on one machine: no local agent; two agents join the scheduler's address, their
+// workers listening on two other loopback addresses. Killing one agent loses no request; the
+// rest run on the other node, and the node rejoins when its agent comes back.
+TEST(ServeTest, AgentsOnSeveralLoopbackAddressesJoinAndSurviveAKill) {
+  setenv("TEDISERVE_CLUSTER_TOKEN", "serve-test-cluster-secret", 1);
+  const std::string join = "127.0.0.1:" + std::to_string(FreePort());
+  std::vector<pid_t> agent_pids(2, -1);
+  fs::path logs = fs::temp_directory_path() / ("tedi_agents_" + std::to_string(getpid()));
+  fs::create_directories(logs);
+  auto start_agent = [&](int k) {
+    agent_pids[static_cast<size_t>(k)] =
+        Spawn({TEDISERVE_BIN, "agent", "--join", join, "--node", k == 0 ? "node-a" : "node-b", "--cores", "0",
+               "--worker-host", k == 0 ? "127.0.0.2" : "127.0.0.3", "--retry-seconds", "0.2"},
+              (logs / ("agent" + std::to_string(k) + ".log")).string());
+  };
+  {
+    Server s({"--no-local-agent", "--agent-listen", join, "--agent-wait", "60"}, {"--layout", "1,1"}, [&] {
+      start_agent(0);
+      start_agent(1);
+    });
+    ASSERT_GT(s.port(), 0) << s.Log();
+    json h = WaitHealthy(s, 2, 10);
+    ASSERT_EQ(h["agents"].size(), 2u) << h.dump();
+    // A wrong token is refused with a clear error and a non-zero exit.
+    {
+      setenv("TEDISERVE_CLUSTER_TOKEN", "wrong", 1);
+      const pid_t bad_agent = Spawn({TEDISERVE_BIN, "agent", "--join", join, "--node", "intruder", "--cores", "0"},
+                                    (logs / "intruder.log").string());
+      setenv("TEDISERVE_CLUSTER_TOKEN", "serve-test-cluster-secret", 1);
+      int st = 0;
+      waitpid(bad_agent, &st, 0);
+      EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+      std::ifstream f(logs / "intruder.log");
+      const std::string log((std::istreambuf_iterator<char>(f)), {});
+      EXPECT_NE(log.find("cluster token"), std::string::npos) << log;
+    }
+    auto problems = Heldout(40);
+    std::atomic<int> ok{0}, bad{0};
+    std::vector<std::thread> clients;
+    for (int t = 0; t < 8; ++t)
+      clients.emplace_back([&, t] {
+        for (size_t i = static_cast<size_t>(t); i < problems.size(); i += 8) {
+          int status = 0;
+          Post(s, "/v1/completions", {{"prompt", problems[i].prompt}, {"slo_ms", 20000}}, &status);
+          (status == 200 ? ok : bad)++;
+        }
+      });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    kill(agent_pids[0], SIGKILL);
+    waitpid(agent_pids[0], nullptr, 0);
+    for (auto& c : clients) c.join();
+    EXPECT_EQ(ok.load(), 40) << s.Log();
+    EXPECT_EQ(bad.load(), 0);
+    h = WaitHealthy(s, 1, 10);
+    EXPECT_EQ(h.value("instances_up", -1), 1) << h.dump();
+    // node-a comes back: its instance starts again there.
+    start_agent(0);
+    h = WaitHealthy(s, 2, 30);
+    EXPECT_EQ(h.value("instances_up", -1), 2) << h.dump() << s.Log();
+    EXPECT_EQ(h["agents"].size(), 2u);
+    int status = 0;
+    Post(s, "/v1/completions", {{"prompt", "48+39="}, {"slo_ms", 10000}}, &status);
+    EXPECT_EQ(status, 200);
+  }
+  for (pid_t p : agent_pids) {
+    kill(p, SIGTERM);
+    waitpid(p, nullptr, 0);
+  }
+  unsetenv("TEDISERVE_CLUSTER_TOKEN");
+  fs::remove_all(logs);
 }
 
 TEST(ServeTest, SigtermDrainsAndExitsCleanly) {
