@@ -10,6 +10,7 @@
 //   serve     serve a model over an OpenAI-compatible HTTP API (starts its workers)
 //   agent     one per node: starts workers on its cores for the scheduler it joins
 //   worker    one model instance serving the scheduler over gRPC (started by an agent)
+//   plan      reconfiguration planner: workload + cluster -> TP layout and plan steps
 //   chat-template  render conversations with a model's chat template (JSON lines)
 //   tokenize / detokenize  text <-> token ids with a model's tokenizer (JSON lines)
 #include <CLI/CLI.hpp>
@@ -20,6 +21,7 @@
 #include "cli/fit_denoiser_command.h"
 #include "cli/predictor_commands.h"
 #include "cli/model_setup.h"
+#include "cli/plan_command.h"
 #include "cli/profile_command.h"
 #include "cli/serve_command.h"
 #include "cli/tokenize_command.h"
@@ -102,6 +104,8 @@ int main(int argc, char** argv) {
   CLI::App* wkc = AddWorkerCommand(app, &wk);
   AgentArgs ag;
   CLI::App* agc = AddAgentCommand(app, &ag);
+  PlanArgs pl;
+  CLI::App* plc = AddPlanCommand(app, &pl);
   ChatTemplateArgs ct;
   CLI::App* ctc = AddChatTemplateCommand(app, &ct);
   TokenizeArgs tk, dtk;
@@ -138,6 +142,7 @@ int main(int argc, char** argv) {
   if (*svc) return RunServe(sv);
   if (*wkc) return RunWorker(wk);
   if (*agc) return RunAgent(ag);
+  if (*plc) return RunPlan(pl);
   if (*ctc) return RunChatTemplate(ct);
   if (*tkc) return RunTokenize(tk);
   if (*dtkc) return RunDetokenize(dtk);

@@ -236,6 +236,23 @@ TEST(Stage1Test, PaperExampleHighLoadDoesNotPickTwoTp4) {
   EXPECT_GE(capacity, 1.5);
 }
 
+TEST(Stage1Test, AFixedLayoutIsScoredByTheSameModel) {
+  PaperExample ex;
+  Stage1Options o;
+  o.fixed_instances = std::map<int, int>{{4, 2}};
+  StatusOr<Stage1Result> r = PlanStage1(ex.Inputs(1.5), o);  // 2 x TP-4 sustain 1.0 req/s
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->outcome, Stage1Outcome::kInfeasibleFallback);
+  EXPECT_EQ(r->instances, (std::map<int, int>{{4, 2}}));
+  o.fixed_instances = std::map<int, int>{{4, 1}, {1, 4}};
+  r = PlanStage1(ex.Inputs(1.5), o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->outcome, Stage1Outcome::kPlanned);
+  EXPECT_NEAR(r->mean_latency_s, 3.6 - 0.8 * 2.0 / 3.0, 1e-5);
+  o.fixed_instances = std::map<int, int>{{2, 1}};
+  EXPECT_THAT(PlanStage1(ex.Inputs(1.5), o).status().message(), HasSubstr("not a candidate"));
+}
+
 TEST(Stage1Test, ThresholdsFallOnlyWhenCapacityRunsOut) {
   PaperExample ex;
   // 0.9 at T = 8 (4 steps), 0.5 at T = 16 (2 steps).

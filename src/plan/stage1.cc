@@ -193,7 +193,7 @@ struct Stage1Mip {
   std::vector<std::pair<int, double>> obj1, obj2, obj3;
 };
 
-Stage1Mip BuildMip(const Stage1Problem& p, bool use_all_gpus) {
+Stage1Mip BuildMip(const Stage1Problem& p, bool use_all_gpus, const std::optional<std::map<int, int>>& fixed) {
   Stage1Mip s;
   MipModel& m = s.m;
   const int nd = static_cast<int>(p.degrees.size());
@@ -223,7 +223,12 @@ Stage1Mip BuildMip(const Stage1Problem& p, bool use_all_gpus) {
     m.AddRow("nodes_" + std::to_string(gpus), -kInf, count, sum);
   }
   for (int d = 0; d < nd; ++d) {
-    const int xd = m.AddCol("X_" + std::to_string(p.degrees[d]), 0, total_gpus / p.degrees[d], true);
+    int lo = 0, hi = total_gpus / p.degrees[d];
+    if (fixed) {
+      auto it = fixed->find(p.degrees[d]);
+      lo = hi = it == fixed->end() ? 0 : it->second;
+    }
+    const int xd = m.AddCol("X_" + std::to_string(p.degrees[d]), lo, hi, true);
     s.X.push_back(xd);
     std::vector<std::pair<int, double>> t = cap_terms[d];
     t.emplace_back(xd, 1.0);
@@ -366,7 +371,7 @@ StatusOr<Stage1Result> PlanStage1(const Stage1Inputs& inputs, const Stage1Option
   auto fallback = [&](const std::string& why) {
     r.outcome = Stage1Outcome::kInfeasibleFallback;
     r.reason = why;
-    r.instances = FallbackLayout(p.gpus_per_node, p.degrees);
+    r.instances = options.fixed_instances ? *options.fixed_instances : FallbackLayout(p.gpus_per_node, p.degrees);
     r.recompute_bin.clear();
     r.cache_bin.clear();
     r.classes.clear();
@@ -385,7 +390,14 @@ StatusOr<Stage1Result> PlanStage1(const Stage1Inputs& inputs, const Stage1Option
       return fallback(ClassName(c) + ": its SLO of " + std::to_string(c.slo_s) + " s is shorter than its fastest possible run (" +
                       std::to_string(fastest) + " s)");
   }
-  Stage1Mip s = BuildMip(p, options.use_all_gpus);
+  if (options.fixed_instances) {
+    for (const auto& [d, n] : *options.fixed_instances) {
+      if (n < 0) return InvalidArgument("fixed layout: negative count");
+      if (n > 0 && std::find(p.degrees.begin(), p.degrees.end(), d) == p.degrees.end())
+        return InvalidArgument("fixed layout: TP-" + std::to_string(d) + " is not a candidate degree");
+    }
+  }
+  Stage1Mip s = BuildMip(p, options.use_all_gpus, options.fixed_instances);
   const struct {
     const char* name;
     const std::vector<std::pair<int, double>>* obj;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,9 @@ struct Stage1Options {
   double tolerance = 1e-7;      // relative slack when an objective's optimum is fixed
   bool use_all_gpus = true;     // third objective: fewest instances among those that use
                                 // the most GPUs (false: fewest instances, GPUs may idle)
+  // Evaluate this layout (degree -> instances) instead of choosing one: X_d is fixed. Used to
+  // score the current layout before switching. Must pack into the nodes.
+  std::optional<std::map<int, int>> fixed_instances;
 };
 
 enum class Stage1Outcome {

@@ -111,6 +111,7 @@ Status ParseCluster(const YAML::Node& n, RunConfig* rc) {
   ASSIGN_OR_RETURN(int gpus, GetInt(n, p, "gpus_per_node", 1, 1024));
   ASSIGN_OR_RETURN(int budget, GetIntOr(n, p, "token_budget", 8192, 1, 1 << 24));
   rc->sim.policy.token_budget = budget;
+  rc->sim.reconfig.gpus_per_node.assign(nodes, gpus);
   std::vector<int> tps;
   if (n["tp"]) {
     if (!n["tp"].IsSequence() || n["tp"].size() == 0) {
@@ -328,10 +329,39 @@ Status ParsePolicy(const YAML::Node& n, const std::string& base, RunConfig* rc) 
   return Status::Ok();
 }
 
+// reconfig: periodic reconfiguration (docs/design.md section 10.5).
+Status ParseReconfig(const YAML::Node& n, RunConfig* rc) {
+  const std::string p = "reconfig";
+  RETURN_IF_ERROR(ExpectMap(n, p));
+  RETURN_IF_ERROR(CheckKeys(n, p, {"enabled", "tp_degrees", "period_s", "window_s", "load_delay_s", "min_gain",
+                                   "prompt_round", "output_round", "max_context", "node_limit"}));
+  ReconfigOptions& o = rc->sim.reconfig;
+  ASSIGN_OR_RETURN(o.enabled, GetBoolOr(n, p, "enabled", true));
+  if (HasField(n, "tp_degrees")) {
+    ASSIGN_OR_RETURN(std::vector<double> ds, GetDoubleList(n, p, "tp_degrees", 1, 1024, 1, 16));
+    o.tp_degrees.clear();
+    for (double d : ds) {
+      if (d != std::floor(d)) return InvalidArgument("reconfig.tp_degrees: entries must be integers");
+      o.tp_degrees.push_back(static_cast<int>(d));
+    }
+  }
+  ASSIGN_OR_RETURN(o.period_s, GetPositiveOr(n, p, "period_s", 300, kMaxSimSeconds));
+  ASSIGN_OR_RETURN(o.window_s, GetPositiveOr(n, p, "window_s", 300, kMaxSimSeconds));
+  ASSIGN_OR_RETURN(o.load_delay_s, GetDoubleOr(n, p, "load_delay_s", 20, 0, 3600));
+  ASSIGN_OR_RETURN(o.min_gain, GetDoubleOr(n, p, "min_gain", 0.1, 0, 10));
+  ASSIGN_OR_RETURN(o.prompt_round, GetIntOr(n, p, "prompt_round", 256, 1, 1 << 20));
+  ASSIGN_OR_RETURN(o.output_round, GetIntOr(n, p, "output_round", 256, 1, 1 << 20));
+  ASSIGN_OR_RETURN(o.max_context, GetIntOr(n, p, "max_context", 4096, 2, 1 << 24));
+  ASSIGN_OR_RETURN(int nl, GetIntOr(n, p, "node_limit", 20000, 0, 1 << 30));
+  o.node_limit = nl;
+  if (o.period_s < 1) return InvalidArgument("reconfig.period_s: must be >= 1");
+  return Status::Ok();
+}
+
 Status ParseRun(const YAML::Node& root, const std::string& base, RunConfig* rc) {
   RETURN_IF_ERROR(CheckKeys(root, "", {"name", "seed", "cluster", "model", "policy", "policies", "sweep",
                                        "workload", "slo", "periods", "output", "timeline_interval_s", "tick_s",
-                                       "truth", "faults", "frontier"}));
+                                       "truth", "faults", "frontier", "reconfig"}));
   ASSIGN_OR_RETURN(rc->name, GetStringOr(root, "", "name", std::string("simulation")));
   int64_t seed = 1;
   if (HasField(root, "seed")) {
@@ -391,10 +421,49 @@ Status ParseRun(const YAML::Node& root, const std::string& base, RunConfig* rc) 
   }
   if (root["truth"]) RETURN_IF_ERROR(ParseTruth(root["truth"], base, rc));
   if (root["faults"]) RETURN_IF_ERROR(ParseFaults(root["faults"], rc));
+  if (root["reconfig"]) RETURN_IF_ERROR(ParseReconfig(root["reconfig"], rc));
   return Status::Ok();
 }
 
 // ---- Running. -----------------------------------------------------------------------------
+
+std::string LayoutText(const std::map<int, int>& l) {
+  std::string s;
+  for (const auto& [d, n] : l) s += (s.empty() ? "" : " ") + std::to_string(n) + "xTP" + std::to_string(d);
+  return s.empty() ? "-" : s;
+}
+
+// layouts.csv (t_s, tp<d>...) and plans.csv (one row per decision; no wall times, so the
+// files stay byte-identical between runs).
+Status WriteReconfigFiles(const std::string& dir, const SimResult& res, std::vector<int> degrees) {
+  for (const SimResult::LayoutPoint& lp : res.layouts)
+    for (const auto& [d, n] : lp.layout)
+      if (std::find(degrees.begin(), degrees.end(), d) == degrees.end()) degrees.push_back(d);
+  std::sort(degrees.begin(), degrees.end());
+  std::ostringstream lay;
+  lay << "t_s";
+  for (int d : degrees) lay << ",tp" << d;
+  lay << "\n";
+  for (const SimResult::LayoutPoint& lp : res.layouts) {
+    lay << Fmt("%.3f", lp.time);
+    for (int d : degrees) lay << "," << (lp.layout.count(d) ? lp.layout.at(d) : 0);
+    lay << "\n";
+  }
+  std::ostringstream pl;
+  pl << "t_s,classes,outcome,current,chosen,current_feasible,current_threshold,current_latency_s,chosen_threshold,"
+        "chosen_latency_s,switched,reason\n";
+  for (const PlanRecord& r : res.plans)
+    pl << Fmt("%.3f", r.time) << "," << r.classes << "," << r.outcome << "," << LayoutText(r.current) << ","
+       << LayoutText(r.chosen) << "," << (r.current_feasible ? 1 : 0) << "," << Fmt("%.4f", r.current_threshold) << ","
+       << Fmt("%.4f", r.current_latency_s) << "," << Fmt("%.4f", r.chosen_threshold) << ","
+       << Fmt("%.4f", r.chosen_latency_s) << "," << (r.switched ? 1 : 0) << "," << r.reason << "\n";
+  for (const auto& [name, text] : {std::pair<std::string, std::string>{"layouts.csv", lay.str()}, {"plans.csv", pl.str()}}) {
+    std::ofstream f(dir + "/" + name);
+    f << text;
+    if (!f) return IoError("cannot write " + dir + "/" + name);
+  }
+  return Status::Ok();
+}
 
 struct RunOutcome {
   std::string policy;  // the run's label (the policy name unless `policies:` gave one)
@@ -515,10 +584,23 @@ StatusOr<RunOutcome> RunOne(RunConfig rc, const ExperimentOptions& eo) {
     groups.push_back({"priority", -1, 1});
     groups.push_back({"normal", -1, 0});
   }
+  if (rc.sim.reconfig.enabled) {
+    info["reconfig_launches"] = res->reconfig_launches;
+    info["reconfig_terminations"] = res->reconfig_terminations;
+    int64_t switches = 0;
+    for (const PlanRecord& pr : res->plans) switches += pr.switched;
+    info["reconfig_plans"] = res->plans.size();
+    info["reconfig_switches"] = switches;
+  }
   RETURN_IF_ERROR(WriteRunFiles(rc.out_dir, *res, rc.periods, info, groups));
+  if (rc.sim.reconfig.enabled) RETURN_IF_ERROR(WriteReconfigFiles(rc.out_dir, *res, rc.sim.reconfig.tp_degrees));
   if (rc.plots && eo.plots && res->timeline.size() >= 3) {
     Status s = PlotTimeline(rc.out_dir, rc.name + " - " + rc.sim.policy.name);
     if (!s.ok() && !eo.quiet) std::fprintf(stderr, "warning: no timeline plot: %s\n", s.message().c_str());
+    if (rc.sim.reconfig.enabled) {
+      s = PlotLayouts(rc.out_dir, rc.name + " - " + rc.sim.policy.name + " - layout over time");
+      if (!s.ok() && !eo.quiet) std::fprintf(stderr, "warning: no layout plot: %s\n", s.message().c_str());
+    }
   }
   RunOutcome out;
   out.policy = rc.sim.policy.name;

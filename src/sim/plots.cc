@@ -389,4 +389,49 @@ Status PlotFrontier(const std::string& frontier_csv, const std::string& x_label,
   return CheckOutput(out_png);
 }
 
+Status PlotLayouts(const std::string& run_dir, const std::string& title, const PlotOptions& options) {
+  const std::string lay_path = (fs::path(run_dir) / "layouts.csv").string();
+  const std::string png = (fs::path(run_dir) / "layouts.png").string();
+  ASSIGN_OR_RETURN(Csv lay, ReadPlotCsv(lay_path));
+  ASSIGN_OR_RETURN(Csv tl, ReadPlotCsv((fs::path(run_dir) / "timeline.csv").string()));
+  ASSIGN_OR_RETURN(std::vector<int> tcols, Columns(tl, {"t_s", "arrival_rps"}));
+  if (lay.columns.empty() || lay.columns[0] != "t_s") return InvalidArgument(lay_path + ": the first column must be t_s");
+  std::vector<std::vector<double>> lrows, trows;
+  for (size_t r = 0; r < lay.rows.size(); ++r) {
+    std::vector<double> v;
+    for (size_t c = 0; c < lay.columns.size(); ++c) {
+      ASSIGN_OR_RETURN(double x, Number(lay, r, static_cast<int>(c)));
+      v.push_back(x);
+    }
+    lrows.push_back(std::move(v));
+  }
+  for (size_t r = 0; r < tl.rows.size(); ++r) {
+    ASSIGN_OR_RETURN(double t, Number(tl, r, tcols[0]));
+    ASSIGN_OR_RETURN(double a, Number(tl, r, tcols[1]));
+    trows.push_back({t, a});
+  }
+  // Hold the last layout to the end of the timeline.
+  if (!trows.empty() && trows.back()[0] > lrows.back()[0]) {
+    std::vector<double> last = lrows.back();
+    last[0] = trows.back()[0];
+    lrows.push_back(last);
+  }
+  std::ostringstream gp;
+  gp << Terminal(1000, 640) << "set output " << Quote(png) << "\n";
+  gp << "set grid\nset key outside top center horizontal\nset lmargin 10\nset rmargin 4\n";
+  DataBlock(gp, "$T", trows);
+  DataBlock(gp, "$L", lrows);
+  gp << "set multiplot layout 2,1 title " << Quote(title) << "\n";
+  gp << "set ylabel 'arrivals (req/s)'\nset yrange [0:*]\nunset xlabel\n";
+  gp << "plot $T using 1:2 with lines lw 2 lc 1 title 'arrival rate'\n";
+  gp << "set ylabel 'instances'\nset xlabel 'time (s)'\nset yrange [0:*]\n";
+  gp << "plot ";
+  for (size_t c = 1; c < lay.columns.size(); ++c)
+    gp << (c > 1 ? ", " : "") << "$L using 1:" << c + 1 << " with steps lw 2 lc " << c + 1 << " title "
+       << Quote(lay.columns[c]);
+  gp << "\nunset multiplot\n";
+  RETURN_IF_ERROR(RunGnuplot(gp.str(), options, png));
+  return CheckOutput(png);
+}
+
 }  // namespace tediserve::sim

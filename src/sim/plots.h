@@ -36,4 +36,9 @@ Status PlotSweep(const std::string& sweep_csv, const std::string& x_label, const
 Status PlotFrontier(const std::string& frontier_csv, const std::string& x_label, const std::string& out_png,
                     const std::string& title, const PlotOptions& options = {});
 
+// <run_dir>/layouts.csv (t_s, then tp<d> columns: instances of each TP degree accepting
+// work) and the arrival rate of <run_dir>/timeline.csv -> <run_dir>/layouts.png: arrivals on
+// top, instances per TP degree over time below (paper Figure 12; reconfiguration runs).
+Status PlotLayouts(const std::string& run_dir, const std::string& title, const PlotOptions& options = {});
+
 }  // namespace tediserve::sim

@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <memory>
 #include <numbers>
+#include <optional>
 #include <queue>
+#include <set>
 #include <unordered_map>
 
 namespace tediserve::sim {
@@ -44,7 +46,7 @@ struct StepDoneEvent {
 };
 
 struct FaultEvent {
-  enum Kind { kFail, kDrain, kAdd, kCancel } kind;
+  enum Kind { kFail, kDrain, kAdd, kCancel, kPlan, kLaunch } kind;
   Seconds time;
   int64_t seq;
   int64_t target;         // instance id, or request id (kCancel)
@@ -89,6 +91,14 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
     return InvalidArgument("truth.step_time_sigma: must be in [0, 3]");
   }
   RETURN_IF_ERROR(ValidateFaults(options.faults, options.instances.size()));
+  std::optional<Reconfigurator> reconf;
+  if (options.reconfig.enabled) {
+    if (options.faults.any()) return InvalidArgument("reconfig: not supported together with faults (yet)");
+    ASSIGN_OR_RETURN(Reconfigurator rc,
+                     Reconfigurator::Create(options.reconfig, &profile, options.policy.thresholds, options.tokens_per_step,
+                                            options.policy.block_size, options.policy.token_budget));
+    reconf.emplace(std::move(rc));
+  }
   const policy::LatencyProfile& truth = options.truth_profile != nullptr ? *options.truth_profile : profile;
   for (const auto& i : options.instances) {
     if (!truth.HasTp(i.tp)) {
@@ -161,6 +171,48 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
     }
   }
 
+  // Reconfiguration state: the instances accepting work, the plan steps still to run, and
+  // what the executor waits for (one step at a time: a drain to finish or a launch to load).
+  std::map<policy::InstanceId, policy::InstanceInfo> live;
+  for (const auto& i : options.instances) live[i.id] = i;
+  policy::InstanceId next_instance_id = 0;
+  for (const auto& i : options.instances) next_instance_id = std::max(next_instance_id, i.id + 1);
+  std::vector<plan::PlanStep> pending;
+  size_t pending_at = 0;
+  bool exec_busy = false;
+  std::set<policy::InstanceId> reconfig_draining;
+  auto sample_layout = [&](Seconds t) {
+    SimResult::LayoutPoint lp;
+    lp.time = t;
+    for (const auto& [id, i] : live)
+      if (!reconfig_draining.count(id)) ++lp.layout[i.tp];
+    result.layouts.push_back(std::move(lp));
+  };
+  if (reconf) {
+    sample_layout(0);
+    faults.push({FaultEvent::kPlan, options.reconfig.period_s, fault_seq++, 0, 0});
+  }
+  // Starts the next plan step unless one is under way.
+  auto advance = [&](Seconds now) -> Status {
+    while (!exec_busy && pending_at < pending.size()) {
+      const plan::PlanStep st = pending[pending_at++];
+      if (st.kind == plan::PlanStep::kTerminate) {
+        const auto id = static_cast<policy::InstanceId>(st.instance.id);
+        if (!live.count(id)) continue;
+        RETURN_IF_ERROR(host->DrainInstance(id, now));
+        reconfig_draining.insert(id);
+        exec_busy = true;
+        sample_layout(now);
+      } else {
+        policy::InstanceInfo info{next_instance_id++, st.instance.tp, st.instance.node, st.instance.gpus};
+        info_of[info.id] = info;
+        faults.push({FaultEvent::kLaunch, now + options.reconfig.load_delay_s, fault_seq++, info.id, 0});
+        exec_busy = true;
+      }
+    }
+    return Status::Ok();
+  };
+
   std::vector<DenoiseCommand> commands;
   std::vector<policy::StepOutcome> outcomes;
   // Runs what the host decided: step batches onto the heap, records of requests that left,
@@ -191,6 +243,15 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
         result.requests[id] = std::move(r);
       }
       for (policy::InstanceId id : o.drained) {
+        if (reconfig_draining.count(id)) {  // a plan step: gone for good, next step
+          RETURN_IF_ERROR(host->RemoveInstance(id, now, false));
+          reconfig_draining.erase(id);
+          live.erase(id);
+          ++result.reconfig_terminations;
+          exec_busy = false;
+          RETURN_IF_ERROR(advance(now));
+          continue;
+        }
         RETURN_IF_ERROR(host->RemoveInstance(id, now, false));
         ++result.drains;
         Seconds back = fo.readd_after;
@@ -275,6 +336,10 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
       now = spec.arrival;
       denoiser.Start(spec, options.policy.block_size, options.seed * 0x100000001B3ull + static_cast<uint64_t>(spec.id));
       RETURN_IF_ERROR(host->Submit(spec, now));
+      if (reconf) {
+        if (const policy::RequestState* r = host->scheduler().Find(spec.id); r != nullptr && r->spec.slo > 0)
+          RETURN_IF_ERROR(reconf->Record(now, spec.prompt_len, spec.output_len, r->spec.slo));
+      }
       if (fo.cancel_fraction > 0 && Uniform(fseed, kCancelWho, spec.id) < fo.cancel_fraction) {
         if (const policy::RequestState* r = host->scheduler().Find(spec.id)) {
           faults.push({FaultEvent::kCancel, now + Uniform(fseed, kCancelWhen, spec.id) * r->spec.slo, fault_seq++,
@@ -310,6 +375,28 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
         case FaultEvent::kCancel:
           if (host->scheduler().Find(f.target) != nullptr) RETURN_IF_ERROR(host->Cancel(f.target, now));
           break;
+        case FaultEvent::kPlan: {
+          if (!exec_busy && pending_at >= pending.size()) {  // a plan still running is finished first
+            std::vector<policy::InstanceInfo> now_live;
+            for (const auto& [lid, i] : live) now_live.push_back(i);
+            ASSIGN_OR_RETURN(pending, reconf->Decide(now, now_live));
+            pending_at = 0;
+            RETURN_IF_ERROR(advance(now));
+          }
+          if (now + options.reconfig.period_s <= horizon)
+            faults.push({FaultEvent::kPlan, now + options.reconfig.period_s, fault_seq++, 0, 0});
+          break;
+        }
+        case FaultEvent::kLaunch: {
+          const policy::InstanceInfo& info = info_of.at(id);
+          RETURN_IF_ERROR(host->AddInstance(info, now));
+          live[id] = info;
+          ++result.reconfig_launches;
+          sample_layout(now);
+          exec_busy = false;
+          RETURN_IF_ERROR(advance(now));
+          break;
+        }
       }
     }
     RETURN_IF_ERROR(absorb(now));
@@ -325,6 +412,7 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
     }
   }
   result.unaccounted = static_cast<int64_t>(requests.size() - num_left);
+  if (reconf) result.plans = reconf->records();
   result.scheduler_stats = host->scheduler().stats();
   result.predictor_fallbacks = host->predictor_fallbacks();
   result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();

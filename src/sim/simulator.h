@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "policy/latency_profile.h"
 #include "policy/scheduler.h"
 #include "sim/denoiser.h"
+#include "sim/reconfig.h"
 
 namespace tediserve::sim {
 
@@ -65,6 +67,9 @@ struct SimOptions {
   const policy::LatencyProfile* truth_profile = nullptr;
   double step_time_sigma = 0;
   FaultOptions faults;
+  // Reconfiguration (off by default): periodic Stage 1 / Stage 2 plans executed one launch
+  // at a time (docs/design.md section 10.5). Not combined with fault injection.
+  ReconfigOptions reconfig;
   uint64_t seed = 1;
   bool progress = false;               // a progress line on stderr for long runs
 };
@@ -85,6 +90,14 @@ struct SimResult {
   // Faults (zero without them).
   int64_t instance_failures = 0, drains = 0, failed_batches = 0, cancellations = 0;
   int64_t unaccounted = 0;    // requests of the workload without a record (0 unless a bug)
+  // Reconfiguration (empty without it): every decision, and the layout after every change.
+  std::vector<PlanRecord> plans;
+  struct LayoutPoint {
+    double time = 0;
+    std::map<int, int> layout;  // TP degree -> instances accepting work
+  };
+  std::vector<LayoutPoint> layouts;
+  int64_t reconfig_launches = 0, reconfig_terminations = 0;
   double wall_seconds = 0;    // not part of any results file (those are byte-identical)
 };
 

@@ -185,6 +185,52 @@ TEST_F(SimulatorTest, StepTimeErrorChangesTimesNotTheRequestCount) {
   EXPECT_EQ(Outcomes(*slower).at(host::Outcome::kCompleted), static_cast<int>(rs.size()));
 }
 
+// Reconfiguration (issue 15): at a light load the planner moves 16 x TP1 to higher TP degrees,
+// one launch at a time, draining only the instances a launch needs; no request is lost and
+// the run repeats exactly.
+TEST_F(SimulatorTest, ReconfigurationSwitchesLayoutAndLosesNothing) {
+  SimOptions o = Options("tediserve");
+  o.instances.clear();
+  for (int i = 0; i < 16; ++i) o.instances.push_back({i, 1, i / 4, {i % 4}});
+  o.reconfig.enabled = true;
+  o.reconfig.gpus_per_node = {4, 4, 4, 4};
+  o.reconfig.tp_degrees = {1, 2, 4};
+  o.reconfig.period_s = 120;
+  o.reconfig.window_s = 120;
+  o.reconfig.load_delay_s = 10;
+  o.reconfig.min_gain = 0;  // switch on any gain: this test is about executing a plan
+  const std::vector<RequestSpec> rs = Requests(1.0, 900);
+  auto a = Run(o, rs);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->unaccounted, 0);
+  EXPECT_EQ(Outcomes(*a)[host::Outcome::kCompleted], static_cast<int>(rs.size()));
+  ASSERT_FALSE(a->plans.empty());
+  EXPECT_TRUE(a->plans.front().switched) << a->plans.front().reason;
+  EXPECT_GT(a->reconfig_launches, 0);
+  EXPECT_GT(a->reconfig_terminations, 0);
+  // Higher degrees at the end, every GPU in use at every recorded point.
+  ASSERT_GE(a->layouts.size(), 2u);
+  const auto& last = a->layouts.back().layout;
+  EXPECT_TRUE(last.count(4) || last.count(2));
+  for (const auto& lp : a->layouts) {
+    int gpus = 0;
+    for (const auto& [d, n] : lp.layout) gpus += d * n;
+    EXPECT_LE(gpus, 16);
+  }
+  // After the switch the layout is kept (no flapping at a steady load).
+  int switches = 0;
+  for (const PlanRecord& p : a->plans) switches += p.switched;
+  EXPECT_EQ(switches, 1);
+  auto b = Run(o, rs);
+  ASSERT_TRUE(b.ok());
+  ASSERT_EQ(a->requests.size(), b->requests.size());
+  for (size_t i = 0; i < a->requests.size(); ++i) EXPECT_EQ(a->requests[i].latency, b->requests[i].latency);
+  EXPECT_EQ(a->layouts.size(), b->layouts.size());
+
+  o.faults.random_failures = 1;
+  EXPECT_THAT(Run(o, rs).status().message(), HasSubstr("faults"));
+}
+
 TEST_F(SimulatorTest, BadFaultOptionsAreRefused) {
   const auto rs = Requests(10, 5);
   SimOptions o = Options("tediserve-paper");
