@@ -126,8 +126,15 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // `serve --config FILE` becomes the flags the file sets, ahead of the command line's.
+  auto args = ExpandServeConfig(svc, std::vector<std::string>(argv + 1, argv + argc));
+  if (!args.ok()) {
+    std::cerr << "error: " << args.status().message() << "\n";
+    return 2;
+  }
   try {
-    app.parse(argc, argv);
+    std::vector<std::string> reversed(args->rbegin(), args->rend());  // CLI11 takes them last first
+    app.parse(reversed);
   } catch (const CLI::ParseError& err) {
     return app.exit(err) == 0 ? 0 : 2;
   }

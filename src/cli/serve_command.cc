@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -91,6 +92,9 @@ CLI::App* AddServeCommand(CLI::App& app, ServeArgs* a) {
   s->add_flag("--no-local-agent", a->no_local_agent, "start no agent here: every worker runs on joined agents");
   s->add_option("--agent-wait", a->agent_wait_s, "at start, seconds to wait for agents to offer the layout's devices")
       ->check(CLI::Range(0.0, 3600.0));
+  // Read by ExpandServeConfig before parsing; declared here for --help and so it parses.
+  s->add_option("--config", a->config,
+                "read options from this TOML file (key = value, keys: the long flags without --); flags win");
   return s;
 }
 
@@ -147,6 +151,59 @@ int RunWorker(const WorkerArgs& a) {
   return s.ok() ? 0 : ReportError(s);
 }
 
+StatusOr<std::vector<std::string>> ExpandServeConfig(CLI::App* serve, const std::vector<std::string>& args) {
+  if (args.empty() || args[0] != "serve") return args;
+  std::string path;
+  bool found = false;
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i] == "--config") {
+      if (i + 1 >= args.size()) return InvalidArgument("--config needs a file");
+      path = args[i + 1];
+      found = true;
+    } else if (args[i].rfind("--config=", 0) == 0) {
+      path = args[i].substr(9);
+      found = true;
+    }
+  }
+  if (!found) return args;
+  std::ifstream in(path);
+  if (!in) return NotFound("cannot read the config file " + path);
+  std::vector<CLI::ConfigItem> items;
+  try {
+    items = CLI::ConfigTOML().from_config(in);
+  } catch (const std::exception& e) {
+    return InvalidArgument("config file " + path + ": " + e.what());
+  }
+  auto given = [&](const std::string& flag) {
+    for (size_t i = 1; i < args.size(); ++i)
+      if (args[i] == flag || args[i].rfind(flag + "=", 0) == 0) return true;
+    return false;
+  };
+  std::vector<std::string> out = {"serve"};
+  for (const CLI::ConfigItem& item : items) {
+    if (!item.parents.empty() || item.name == "++" || item.name == "--")
+      return InvalidArgument("config file " + path + ": sections are not supported (keys go at the top)");
+    const std::string flag = "--" + item.name;
+    if (item.name == "config") return InvalidArgument("config file " + path + ": config cannot name another file");
+    const CLI::Option* opt = serve->get_option_no_throw(flag);
+    if (opt == nullptr)
+      return InvalidArgument("config file " + path + ": unknown key '" + item.name + "' (see tediserve serve --help)");
+    if (given(flag)) continue;  // the command line wins
+    if (item.inputs.size() != 1)
+      return InvalidArgument("config file " + path + ": '" + item.name + "' needs one value (lists as \"1,1\")");
+    const std::string& v = item.inputs[0];
+    if (opt->get_type_size_max() == 0) {  // a flag: true or false
+      if (v == "true") out.push_back(flag);
+      else if (v != "false") return InvalidArgument("config file " + path + ": '" + item.name + "' is true or false");
+      continue;
+    }
+    out.push_back(flag);
+    out.push_back(v);
+  }
+  out.insert(out.end(), args.begin() + 1, args.end());
+  return out;
+}
+
 int RunServe(const ServeArgs& a) {
   // SIGTERM / SIGINT: the handler only writes to a pipe that one thread waits on (library
   // threads, e.g. OpenBLAS's, exist before main, so blocking the signal is not enough).
@@ -157,6 +214,12 @@ int RunServe(const ServeArgs& a) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // One descriptor per connection: raise the soft limit to the hard one (often 1024 -> more),
+  // so --http-threads connections can really be open at once.
+  if (rlimit rl{}; getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
 
   serve::RuntimeOptions ro;
   ro.model_dir = a.model_dir;

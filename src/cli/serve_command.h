@@ -4,6 +4,8 @@
 #pragma once
 
 #include <string>
+
+#include "common/status.h"
 #include <vector>
 
 namespace CLI {
@@ -32,7 +34,15 @@ struct ServeArgs {
   std::string agent_listen = "127.0.0.1:0";  // where agents join
   bool no_local_agent = false;
   double agent_wait_s = 60;
+  std::string config;  // the TOML file ExpandServeConfig read
 };
+
+// `serve --config FILE`: the file's `key = value` lines (TOML; keys are the long flag names
+// without --) become flags placed before the command line's own; a flag given on the command
+// line wins. `args` is the command line without the program name; returned unchanged unless
+// it is a serve command with --config. Errors: a missing or unreadable file, TOML it cannot
+// parse, a section, an unknown key.
+StatusOr<std::vector<std::string>> ExpandServeConfig(CLI::App* serve, const std::vector<std::string>& args);
 
 struct AgentArgs {
   std::string join;

@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <sys/socket.h>
+
 #include <ctime>
 
 #include "common/input.h"
@@ -78,6 +80,10 @@ HttpServer::HttpServer(Runtime* runtime, HttpOptions options)
   svr_->set_read_timeout(options_.read_timeout_s, 0);
   svr_->set_write_timeout(30, 0);
   svr_->set_tcp_nodelay(true);
+  svr_->set_socket_options([this](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_fd_ = static_cast<int>(sock);  // the last socket created is the one bound
+  });
   Routes();
 }
 
@@ -90,6 +96,9 @@ StatusOr<int> HttpServer::Bind() {
   if (port <= 0)
     return Unavailable("cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
                        " (in use, or not an address of this machine)");
+  // cpp-httplib listens with a backlog of 5: a burst of connections would see SYNs dropped
+  // and retried a second later. listen() again raises it.
+  if (listen_fd_ >= 0) ::listen(listen_fd_, SOMAXCONN);
   return port;
 }
 
@@ -132,6 +141,61 @@ void HttpServer::Routes() {
     }
     json model = {{"id", rt->model_name()}, {"object", "model"}, {"created", 0}, {"owned_by", "tediserve"}};
     res.set_content(json({{"object", "list"}, {"data", json::array({model})}}).dump(), "application/json");
+  });
+
+  auto unauthorized = [m](httplib::Response& res) {
+    ApiError e{401, "missing or wrong API key (Authorization: Bearer ...)", "invalid_request_error", "", "invalid_api_key"};
+    SendError(res, e, m);
+  };
+  auto instances_json = [rt] {
+    json out = json::array();
+    for (const Runtime::InstanceView& v : rt->Instances())
+      out.push_back({{"id", v.id}, {"tp", v.tp}, {"node", v.node}, {"devices", v.devices}, {"state", v.state}});
+    return out;
+  };
+  // The layout: GET shows the instances, POST {"layout": [...]} moves to another one.
+  svr_->Get("/admin/layout", [authorized, unauthorized, instances_json](const httplib::Request& req,
+                                                                          httplib::Response& res) {
+    if (!authorized(req)) return unauthorized(res);
+    res.set_content(json({{"instances", instances_json()}}).dump(), "application/json");
+  });
+  svr_->Post("/admin/layout", [rt, m, authorized, unauthorized, instances_json](const httplib::Request& req,
+                                                                                  httplib::Response& res) {
+    if (!authorized(req)) return unauthorized(res);
+    auto parsed = ParseLayoutRequest(req.body);
+    if (auto* e = std::get_if<ApiError>(&parsed)) return SendError(res, *e, m);
+    auto change = rt->ChangeLayout(std::get<std::vector<int>>(parsed));
+    if (!change.ok()) {
+      ApiError e = FromStatus(change.status());
+      e.param = e.status == 400 ? "layout" : "";
+      return SendError(res, e, m);
+    }
+    res.status = 202;  // accepted: drains and starts go on in the background
+    res.set_content(json({{"keep", change->keep},
+                          {"drain", change->drain},
+                          {"launch", change->launch},
+                          {"instances", instances_json()}})
+                        .dump(),
+                    "application/json");
+  });
+  // Tokenizer endpoints (vLLM's shapes).
+  svr_->Post("/tokenize", [rt, m, authorized, unauthorized, limits](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req)) return unauthorized(res);
+    auto parsed = ParseTokenizeRequest(req.body, limits);
+    if (auto* e = std::get_if<ApiError>(&parsed)) return SendError(res, *e, m);
+    const TokenizeRequest& t = std::get<TokenizeRequest>(parsed);
+    auto ids = rt->tokenizer().Encode(t.text, t.add_special_tokens);
+    if (!ids.ok()) return SendError(res, ApiError{400, ids.status().message(), "invalid_request_error", "prompt", ""}, m);
+    res.set_content(json({{"tokens", *ids}, {"count", ids->size()}, {"max_model_len", limits.context}}).dump(),
+                    "application/json");
+  });
+  svr_->Post("/detokenize", [rt, m, authorized, unauthorized, limits](const httplib::Request& req,
+                                                                      httplib::Response& res) {
+    if (!authorized(req)) return unauthorized(res);
+    auto parsed = ParseDetokenizeRequest(req.body, limits, rt->tokenizer().vocab_size());
+    if (auto* e = std::get_if<ApiError>(&parsed)) return SendError(res, *e, m);
+    const std::string text = rt->tokenizer().DecodeAll(std::get<std::vector<int32_t>>(parsed));
+    res.set_content(json({{"prompt", SanitizeUtf8(text)}}).dump(), "application/json");
   });
 
   auto completion = [rt, authorized, limits, m](const httplib::Request& req, httplib::Response& res, bool chat) {

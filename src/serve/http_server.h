@@ -42,6 +42,7 @@ class HttpServer {
   Runtime* rt_;
   HttpOptions options_;
   std::unique_ptr<httplib::Server> svr_;
+  int listen_fd_ = -1;  // the listening socket, once created (its backlog is raised after bind)
 };
 
 }  // namespace tediserve::serve

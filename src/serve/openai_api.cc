@@ -372,4 +372,82 @@ json UsageChunk(const CompletionRequest& req, const ResponseInfo& info, int comp
           {"tediserve", ExtraFields(req, v)}};
 }
 
+namespace {
+
+// Fields of a small JSON object body: only `allowed`, and the model (when named) must be ours.
+std::optional<ApiError> CheckObject(const json& j, const std::set<std::string>& allowed, const ApiLimits& limits) {
+  if (!j.is_object()) return Bad("the body must be a JSON object");
+  for (const auto& [k, v] : j.items())
+    if (!allowed.count(k)) return Bad("unknown field \"" + SanitizeUtf8(k) + "\"", k);
+  if (j.contains("model") && !j["model"].is_null()) {
+    if (!j["model"].is_string()) return Bad("model must be a string", "model");
+    if (j["model"].get<std::string>() != limits.model_name)
+      return Bad("the model \"" + SanitizeUtf8(j["model"].get<std::string>()) + "\" does not exist; this server serves \"" +
+                     limits.model_name + "\"",
+                 "model", 404, "model_not_found");
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::variant<std::vector<int>, ApiError> ParseLayoutRequest(std::string_view body) {
+  auto parsed = ParseJson(body, "request body");
+  if (!parsed.ok()) return Bad("the body is not valid JSON: " + parsed.status().message());
+  const json& j = *parsed;
+  ApiLimits none;
+  if (auto e = CheckObject(j, {"layout"}, none)) return *e;
+  if (!j.contains("layout") || !j["layout"].is_array())
+    return Bad("layout is required: an array of TP degrees, e.g. [1, 1] or [2]", "layout");
+  const json& l = j["layout"];
+  if (l.empty() || l.size() > 1024) return Bad("layout must hold 1 to 1024 instances", "layout");
+  std::vector<int> out;
+  for (const json& v : l) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 1024)
+      return Bad("layout: every TP degree must be an integer from 1 to 1024, not " + SanitizeUtf8(v.dump()), "layout");
+    out.push_back(static_cast<int>(v.get<int64_t>()));
+  }
+  return out;
+}
+
+std::variant<TokenizeRequest, ApiError> ParseTokenizeRequest(std::string_view body, const ApiLimits& limits) {
+  auto parsed = ParseJson(body, "request body");
+  if (!parsed.ok()) return Bad("the body is not valid JSON: " + parsed.status().message());
+  const json& j = *parsed;
+  if (auto e = CheckObject(j, {"prompt", "add_special_tokens", "model"}, limits)) return *e;
+  if (!j.contains("prompt") || !j["prompt"].is_string()) return Bad("prompt is required: a string", "prompt");
+  TokenizeRequest r;
+  r.text = j["prompt"].get<std::string>();
+  if (static_cast<int64_t>(r.text.size()) > limits.max_prompt_chars)
+    return Bad("prompt is " + std::to_string(r.text.size()) + " bytes; the limit is " +
+                   std::to_string(limits.max_prompt_chars),
+               "prompt");
+  if (j.contains("add_special_tokens") && !j["add_special_tokens"].is_null()) {
+    if (!j["add_special_tokens"].is_boolean()) return Bad("add_special_tokens must be a boolean", "add_special_tokens");
+    r.add_special_tokens = j["add_special_tokens"].get<bool>();
+  }
+  return r;
+}
+
+std::variant<std::vector<int32_t>, ApiError> ParseDetokenizeRequest(std::string_view body, const ApiLimits& limits,
+                                                                    int32_t vocab_size) {
+  auto parsed = ParseJson(body, "request body");
+  if (!parsed.ok()) return Bad("the body is not valid JSON: " + parsed.status().message());
+  const json& j = *parsed;
+  if (auto e = CheckObject(j, {"tokens", "model"}, limits)) return *e;
+  if (!j.contains("tokens") || !j["tokens"].is_array()) return Bad("tokens is required: an array of token ids", "tokens");
+  const json& t = j["tokens"];
+  if (static_cast<int64_t>(t.size()) > limits.max_prompt_chars)
+    return Bad("tokens holds " + std::to_string(t.size()) + " ids; the limit is " + std::to_string(limits.max_prompt_chars),
+               "tokens");
+  std::vector<int32_t> ids;
+  ids.reserve(t.size());
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (!t[i].is_number_integer() || t[i].get<int64_t>() < 0 || t[i].get<int64_t>() >= vocab_size)
+      return Bad("tokens[" + std::to_string(i) + "] must be a token id from 0 to " + std::to_string(vocab_size - 1), "tokens");
+    ids.push_back(static_cast<int32_t>(t[i].get<int64_t>()));
+  }
+  return ids;
+}
+
 }  // namespace tediserve::serve

@@ -86,6 +86,20 @@ nlohmann::json StreamChunk(const CompletionRequest& req, const ResponseInfo& inf
 // The final usage chunk (stream_options.include_usage).
 nlohmann::json UsageChunk(const CompletionRequest& req, const ResponseInfo& info, int completion_tokens,
                           const RequestView& view);
+// POST /admin/layout: {"layout": [tp, ...]} (1 to 1024 instances, each TP degree 1 to 1024).
+std::variant<std::vector<int>, ApiError> ParseLayoutRequest(std::string_view body);
+
+// POST /tokenize: {"prompt": string, "add_special_tokens"?: bool, "model"?: string}
+// (vLLM's shape); the answer is {"tokens": [...], "count": n, "max_model_len": context}.
+struct TokenizeRequest {
+  std::string text;
+  bool add_special_tokens = false;
+};
+std::variant<TokenizeRequest, ApiError> ParseTokenizeRequest(std::string_view body, const ApiLimits& limits);
+// POST /detokenize: {"tokens": [id, ...], "model"?: string}; every id within the vocabulary.
+std::variant<std::vector<int32_t>, ApiError> ParseDetokenizeRequest(std::string_view body, const ApiLimits& limits,
+                                                                    int32_t vocab_size);
+
 // TeDiServe's extra response fields: steps, thresholds, SLO.
 nlohmann::json ExtraFields(const CompletionRequest& req, const RequestView& view);
 

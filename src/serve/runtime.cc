@@ -138,6 +138,7 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(RuntimeOptions o) {
     inst.info.tp = o.layout[i];
     rt->instances_[inst.info.id] = std::move(inst);
   }
+  rt->next_instance_id_ = static_cast<policy::InstanceId>(o.layout.size());
   const auto wait_until = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.agent_wait_s);
   size_t placed = 0;
   while (true) {
@@ -241,6 +242,106 @@ std::vector<int> Runtime::WorkerPids() const {
   return fut.get();
 }
 
+std::vector<Runtime::InstanceView> Runtime::Instances() const {
+  auto done = std::make_shared<std::promise<std::vector<InstanceView>>>();
+  auto fut = done->get_future();
+  const_cast<Runtime*>(this)->Post([this, done] {
+    std::vector<InstanceView> out;
+    for (const auto& [id, inst] : instances_) {
+      if (inst.retired) continue;
+      const char* state = inst.retiring ? "draining" : inst.up ? "up" : inst.starting ? "starting" : "waiting";
+      out.push_back({id, inst.info.tp, inst.node, inst.info.devices, state});
+    }
+    done->set_value(std::move(out));
+  });
+  return fut.get();
+}
+
+StatusOr<Runtime::LayoutChange> Runtime::ChangeLayout(std::vector<int> layout) {
+  auto done = std::make_shared<std::promise<StatusOr<LayoutChange>>>();
+  auto fut = done->get_future();
+  Post([this, done, layout = std::move(layout)] { done->set_value(ApplyLayout(layout)); });
+  return fut.get();
+}
+
+StatusOr<Runtime::LayoutChange> Runtime::ApplyLayout(const std::vector<int>& layout) {
+  if (draining_) return Unavailable("the server is shutting down");
+  if (layout.empty()) return InvalidArgument("layout: at least one instance");
+  size_t largest = 0, total = 0;
+  for (const auto& [node, a] : agents_) {
+    largest = std::max(largest, a.devices.size());
+    total += a.devices.size();
+  }
+  size_t need = 0;
+  for (int tp : layout) {
+    if (tp < 1) return InvalidArgument("layout: a TP degree must be >= 1, not " + std::to_string(tp));
+    if (static_cast<size_t>(tp) > largest)
+      return InvalidArgument("layout: no joined agent has " + std::to_string(tp) + " devices (the largest has " +
+                             std::to_string(largest) + ")");
+    need += static_cast<size_t>(tp);
+  }
+  if (need > total)
+    return InvalidArgument("layout: needs " + std::to_string(need) + " devices; the joined agents have " +
+                           std::to_string(total));
+  // Keep an instance of every degree still wanted (running ones first); drain the rest.
+  std::multiset<int> wanted(layout.begin(), layout.end());
+  std::vector<policy::InstanceId> active;
+  for (const auto& [id, inst] : instances_)
+    if (!inst.retired && !inst.retiring) active.push_back(id);
+  std::stable_sort(active.begin(), active.end(), [this](policy::InstanceId a, policy::InstanceId b) {
+    return instances_[a].up > instances_[b].up;
+  });
+  LayoutChange change;
+  for (policy::InstanceId id : active) {
+    auto w = wanted.find(instances_[id].info.tp);
+    if (w != wanted.end()) {
+      wanted.erase(w);
+      change.keep.push_back(id);
+    } else {
+      change.drain.push_back(id);
+    }
+  }
+  const double now = Now();
+  for (policy::InstanceId id : change.drain) {
+    Instance& inst = instances_[id];
+    if (inst.up) {
+      inst.retiring = true;
+      Status s = host_->DrainInstance(id, now);
+      if (!s.ok()) Log("draining instance " + std::to_string(id) + ": " + s.message());
+    } else {
+      inst.retired = true;
+      ++inst.generation;  // a start in progress is discarded when it completes
+    }
+  }
+  for (int tp : wanted) {
+    Instance inst;
+    inst.info.id = next_instance_id_++;
+    inst.info.tp = tp;
+    change.launch.push_back(inst.info.id);
+    instances_[inst.info.id] = std::move(inst);
+  }
+  std::string msg = "layout change: keep " + std::to_string(change.keep.size()) + ", drain " +
+                    std::to_string(change.drain.size()) + ", launch " + std::to_string(change.launch.size());
+  Log(msg);
+  metrics_.Add("tediserve_layout_changes_total", 1);
+  PlaceWaiting();
+  UpdateGauges();
+  Absorb(now);
+  return change;
+}
+
+void Runtime::PlaceWaiting() {
+  if (draining_) return;
+  for (auto& [id, inst] : instances_) {
+    if (inst.retired || inst.retiring || inst.up || inst.starting || !inst.node.empty()) continue;
+    if (!Place(inst)) continue;
+    inst.restarts = 0;
+    Log("instance " + std::to_string(id) + " (tp " + std::to_string(inst.info.tp) + ") placed on " + inst.node +
+        " devices " + JoinInts(inst.info.devices));
+    StartWorker(id);
+  }
+}
+
 void Runtime::DeclareMetrics() {
   Metrics& m = metrics_;
   m.Counter("tediserve_requests_total", "Requests that left, by outcome.");
@@ -261,6 +362,7 @@ void Runtime::DeclareMetrics() {
   m.Histogram("tediserve_step_seconds", "Step batch time measured by the worker.", kLatencyBounds);
   m.Gauge("tediserve_instances", "Model instances by TP degree and state.");
   m.Counter("tediserve_migrations_total", "Requests moved to another instance.");
+  m.Counter("tediserve_layout_changes_total", "Layout changes asked for (POST /admin/layout).");
   m.Counter("tediserve_worker_failures_total", "Workers that died or stopped answering.");
   m.Counter("tediserve_batch_failures_total", "Step batches a worker refused.");
   m.Gauge("tediserve_predictor_fallbacks", "Step predictions that fell back to the one-shot estimate.");
@@ -373,10 +475,18 @@ void Runtime::Absorb(double now) {
       (void)host_->RemoveInstance(id, now, false);
       auto it = instances_.find(id);
       if (it != instances_.end()) {
-        it->second.up = false;
-        if (it->second.client) it->second.client->Close();
-        StopInstanceWorker(it->second);
+        Instance& inst = it->second;
+        inst.up = false;
+        if (inst.client) inst.client->Close();
+        inst.client.reset();
+        StopInstanceWorker(inst);
         --up_count_;
+        if (inst.retiring) {
+          inst.retiring = false;
+          inst.retired = true;
+          Log("instance " + std::to_string(id) + " (tp " + std::to_string(inst.info.tp) + ") drained and stopped");
+          PlaceWaiting();
+        }
       }
     }
   }
@@ -524,8 +634,14 @@ void Runtime::OnWorkerLost(policy::InstanceId id, int generation, const std::str
   if (inst.client) inst.client->Close();
   inst.client.reset();
   StopInstanceWorker(inst);
+  if (inst.retiring) {  // it was leaving the layout anyway
+    inst.retiring = false;
+    inst.retired = true;
+    PlaceWaiting();
+  }
   // Restarted on the same devices while its agent is there; otherwise when the agent rejoins.
-  if (options_.restart_workers && !draining_ && inst.restarts < kMaxRestarts && agents_.count(inst.node)) {
+  if (options_.restart_workers && !draining_ && !inst.retired && inst.restarts < kMaxRestarts &&
+      agents_.count(inst.node)) {
     ++inst.restarts;
     StartWorker(id);
   }
@@ -557,10 +673,11 @@ void Runtime::StartWorker(policy::InstanceId id) {
     Post([this, id, gen, started, err]() mutable {
       Instance& inst = instances_[id];
       inst.starting = false;
-      if (inst.generation != gen || draining_ || !err.ok()) {
+      if (inst.generation != gen || draining_ || inst.retired || !err.ok()) {
         if (!err.ok()) Log("starting worker " + std::to_string(id) + ": " + err.message());
         if (started.client) started.client->Close();
         if (started.pid > 0) hub_->StopWorker(inst.node, started.pid);
+        if (inst.retired) PlaceWaiting();
         FailAllIfHopeless(Now());
         Absorb(Now());
         return;
@@ -617,7 +734,8 @@ bool Runtime::Place(Instance& inst) {
   for (const auto& [node, a] : agents_) {
     std::set<int> used;
     for (const auto& [id, other] : instances_)
-      if (other.node == node) used.insert(other.info.devices.begin(), other.info.devices.end());
+      if (other.node == node && (!other.retired || other.starting))
+        used.insert(other.info.devices.begin(), other.info.devices.end());
     std::vector<int> free;
     for (int d : a.devices)
       if (!used.count(d)) free.push_back(d);
@@ -634,7 +752,7 @@ void Runtime::OnAgentJoined(const AgentInfo& a) {
   NoteAgent(a);
   Log("agent '" + a.node + "' joined with " + std::to_string(a.devices.size()) + " device(s)");
   for (auto& [id, inst] : instances_) {
-    if (inst.up || inst.starting || draining_) continue;
+    if (inst.up || inst.starting || inst.retired || draining_) continue;
     if (inst.node.empty() && !Place(inst)) continue;
     if (inst.node != a.node) continue;
     inst.restarts = 0;
@@ -717,10 +835,13 @@ void Runtime::UpdateGauges() {
   metrics_.Set("tediserve_waiting_requests", static_cast<double>(host_->scheduler().waiting()));
   metrics_.Set("tediserve_predictor_fallbacks", static_cast<double>(host_->predictor_fallbacks()));
   std::map<std::pair<int, std::string>, int> by;
-  for (const auto& [id, inst] : instances_)
-    ++by[{inst.info.tp, inst.up ? "up" : inst.starting ? "starting" : "down"}];
-  for (int tp : options_.layout)
-    for (const char* state : {"up", "starting", "down"}) {
+  for (const auto& [id, inst] : instances_) {
+    if (inst.retired) continue;
+    tps_seen_.insert(inst.info.tp);
+    ++by[{inst.info.tp, inst.retiring ? "draining" : inst.up ? "up" : inst.starting ? "starting" : "down"}];
+  }
+  for (int tp : tps_seen_)
+    for (const char* state : {"up", "starting", "draining", "down"}) {
       const int n = by.count({tp, state}) ? by[{tp, state}] : 0;
       metrics_.Set("tediserve_instances", n, {{"tp", std::to_string(tp)}, {"state", state}});
     }

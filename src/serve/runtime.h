@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -114,6 +115,26 @@ class Runtime {
   Metrics& metrics() { return metrics_; }
   // The pids of the worker processes now up.
   std::vector<int> WorkerPids() const;
+  // One instance as the admin API shows it. state: up, starting, draining (leaving: its
+  // residents move at their next block boundary), waiting (no free devices or agent yet).
+  struct InstanceView {
+    policy::InstanceId id = 0;
+    int tp = 0;
+    std::string node;
+    std::vector<int> devices;
+    std::string state;
+  };
+  std::vector<InstanceView> Instances() const;
+  // What ChangeLayout decided: instances kept, instances drained and stopped, instances added
+  // (started as soon as their devices are free).
+  struct LayoutChange {
+    std::vector<policy::InstanceId> keep, drain, launch;
+  };
+  // Moves the cluster to `layout` (the TP degree of each instance), e.g. 2 x TP1 -> 1 x TP2,
+  // under load and losing nothing: instances of a degree still wanted stay, the others drain
+  // and stop, the new ones start on the devices that frees. Any thread. InvalidArgument when
+  // the joined agents cannot hold the layout, Unavailable while shutting down.
+  StatusOr<LayoutChange> ChangeLayout(std::vector<int> layout);
   // The agents now joined.
   std::vector<AgentInfo> Agents() const { return hub_->Agents(); }
   // host:port where agents join.
@@ -139,6 +160,8 @@ class Runtime {
     std::vector<policy::RequestId> release;  // copies to drop with its next batch
     bool up = false;
     bool starting = false;
+    bool retiring = false;  // draining out of the layout (ChangeLayout)
+    bool retired = false;   // out of the layout: its devices are free once it is not starting
     int restarts = 0;
     int generation = 0;  // bumped at each start: callbacks of an older worker are ignored
   };
@@ -166,6 +189,8 @@ class Runtime {
   // Agents (loop thread).
   void NoteAgent(const AgentInfo& a);
   bool Place(Instance& inst);  // on the first agent with inst.info.tp free devices
+  void PlaceWaiting();         // places and starts new instances that wait for devices
+  StatusOr<LayoutChange> ApplyLayout(const std::vector<int>& layout);
   void OnAgentJoined(const AgentInfo& a);
   void OnAgentLeft(const std::string& node, const std::string& why);
   void OnWorkerExited(const std::string& node, int64_t pid, const std::string& why);
@@ -196,6 +221,8 @@ class Runtime {
   std::unordered_map<policy::RequestId, Live> live_;
   std::map<policy::InstanceId, Instance> instances_;
   std::map<policy::BatchId, Flight> flights_;
+  policy::InstanceId next_instance_id_ = 0;
+  std::set<int> tps_seen_;  // TP degrees with an instances gauge
   bool draining_ = false;
 
   // Shared with posting threads.

@@ -8,9 +8,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <cstdlib>
 #include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -433,6 +435,288 @@ TEST(ServeTest, AgentsOnSeveralLoopbackAddressesJoinAndSurviveAKill) {
   }
   unsetenv("TEDISERVE_CLUSTER_TOKEN");
   fs::remove_all(logs);
+}
+
+// The instances now in the layout (GET /admin/layout): "tp:state" of each, sorted.
+std::vector<std::string> LayoutOf(const Server& s) {
+  auto r = s.Client().Get("/admin/layout");
+  std::vector<std::string> out;
+  if (!r || r->status != 200) return {"unreachable"};
+  const json body = json::parse(r->body);
+  for (const json& i : body["instances"])
+    out.push_back(std::to_string(i["tp"].get<int>()) + ":" + i["state"].get<std::string>());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool WaitLayout(const Server& s, const std::vector<std::string>& want, double timeout_s) {
+  for (int i = 0; i < timeout_s * 20; ++i) {
+    if (LayoutOf(s) == want) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+// The admin call moves 2 x TP1 -> 1 x TP2 -> 2 x TP1 under load: the TP-1 instances drain
+// (residents move at their next block boundary), the TP-2 one starts on their cores, and
+// every request completes with a graded answer.
+TEST(ServeTest, LayoutMovesUnderLoadLoseNothing) {
+  Server s({}, {"--layout", "1,1", "--cores", "0,1"});
+  ASSERT_GT(s.port(), 0) << s.Log();
+  ASSERT_TRUE(WaitLayout(s, {"1:up", "1:up"}, 10)) << testing::PrintToString(LayoutOf(s)) << s.Log();
+  auto problems = Heldout(200);
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0}, bad{0}, correct{0}, sent{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 6; ++t)
+    clients.emplace_back([&, t] {
+      for (size_t i = static_cast<size_t>(t); !stop && sent < 3000; i = (i + 6) % problems.size()) {
+        ++sent;
+        int status = 0;
+        json r = Post(s, "/v1/completions", {{"prompt", problems[i].prompt}, {"slo_ms", 20000}, {"max_threshold", 0.9},
+                                             {"min_threshold", 0.9}}, &status);
+        if (status != 200) {
+          ++bad;
+          continue;
+        }
+        ++ok;
+        correct += r["choices"][0]["text"].get<std::string>() == problems[i].answer;
+      }
+    });
+  auto served_by_now = [&] { return ok.load(); };
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  int status = 0;
+  json change = Post(s, "/admin/layout", {{"layout", {2}}}, &status);
+  EXPECT_EQ(status, 202) << change.dump();
+  EXPECT_EQ(change["drain"].size(), 2u) << change.dump();
+  EXPECT_EQ(change["launch"].size(), 1u) << change.dump();
+  EXPECT_TRUE(WaitLayout(s, {"2:up"}, 30)) << s.Log();
+  const int before_tp2 = served_by_now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_GT(served_by_now(), before_tp2) << "nothing completed on the TP-2 instance";
+  auto metrics = s.Client().Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("tediserve_instances{tp=\"2\",state=\"up\"} 1"), std::string::npos);
+  change = Post(s, "/admin/layout", {{"layout", {1, 1}}}, &status);
+  EXPECT_EQ(status, 202) << change.dump();
+  EXPECT_TRUE(WaitLayout(s, {"1:up", "1:up"}, 30)) << s.Log();
+  const int before_tp1 = served_by_now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_GT(served_by_now(), before_tp1);
+  stop = true;
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(bad.load(), 0) << s.Log();
+  EXPECT_EQ(ok.load(), sent.load());
+  // Threshold 0.9 throughout: the tiny model's held-out accuracy there is about 0.95.
+  EXPECT_GT(correct.load(), ok.load() * 0.85) << correct << " of " << ok;
+  // A layout the agents cannot hold, and malformed ones, are 400s that change nothing.
+  for (const json& body : {json{{"layout", {1, 1, 1}}}, json{{"layout", {4}}}, json{{"layout", json::array()}},
+                           json{{"layout", {0}}}, json{{"layout", "2"}}, json{{"tp", {2}}}}) {
+    json e = Post(s, "/admin/layout", body, &status);
+    EXPECT_EQ(status, 400) << body.dump() << " -> " << e.dump();
+    EXPECT_TRUE(e.contains("error")) << e.dump();
+  }
+  EXPECT_EQ(LayoutOf(s), (std::vector<std::string>{"1:up", "1:up"}));
+}
+
+// /tokenize and /detokenize (vLLM's shapes) round-trip with the model's tokenizer.
+TEST(ServeTest, TokenizeAndDetokenizeEndpoints) {
+  Server s;
+  ASSERT_GT(s.port(), 0) << s.Log();
+  int status = 0;
+  json t = Post(s, "/tokenize", {{"prompt", "48+39="}}, &status);
+  ASSERT_EQ(status, 200) << t.dump();
+  EXPECT_EQ(t["count"].get<size_t>(), t["tokens"].size());
+  EXPECT_EQ(t["tokens"].size(), 6u);
+  json d = Post(s, "/detokenize", {{"tokens", t["tokens"]}}, &status);
+  ASSERT_EQ(status, 200) << d.dump();
+  EXPECT_EQ(d["prompt"], "48+39=");
+  for (const json& body : {json{{"tokens", {-1}}}, json{{"tokens", {1 << 30}}}, json{{"tokens", "1"}},
+                           json{{"prompt", 5}}, json{{"prompt", "x"}, {"extra", 1}}}) {
+    const std::string path = body.contains("tokens") ? "/detokenize" : "/tokenize";
+    json e = Post(s, path, body, &status);
+    EXPECT_EQ(status, 400) << path << " " << body.dump() << " -> " << e.dump();
+  }
+  Post(s, "/tokenize", {{"prompt", "1"}, {"model", "gpt-4"}}, &status);
+  EXPECT_EQ(status, 404);
+}
+
+// /metrics after real traffic passes `promtool check metrics` (Debian's prometheus package,
+// installed by scripts/setup.sh test).
+TEST(ServeTest, MetricsPassPromtool) {
+  ASSERT_EQ(std::system("command -v promtool >/dev/null 2>&1"), 0)
+      << "promtool is missing: scripts/setup.sh test installs Debian's prometheus package";
+  Server s;
+  ASSERT_GT(s.port(), 0) << s.Log();
+  int status = 0;
+  for (const auto& p : Heldout(5)) Post(s, "/v1/completions", {{"prompt", p.prompt}, {"slo_ms", 10000}}, &status);
+  Post(s, "/v1/completions", {{"prompt", 5}}, &status);  // an error counter too
+  auto m = s.Client().Get("/metrics");
+  ASSERT_TRUE(m);
+  const fs::path f = s.dir() / "metrics.txt";
+  std::ofstream(f) << m->body;
+  const std::string cmd = "promtool check metrics < " + f.string() + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  const int rc = pclose(p);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(out, "") << out;  // no lint warnings either
+  for (const char* name : {"tediserve_requests_total", "tediserve_request_latency_seconds_bucket",
+                           "tediserve_scheduler_seconds", "tediserve_instances"})
+    EXPECT_NE(m->body.find(name), std::string::npos) << name;
+}
+
+// 1,000 streaming requests open at once are all held and answered; 20 clients that hang up
+// after their first event cancel their requests, and the server stays up.
+TEST(ServeTest, ThousandConcurrentStreamsAndDisconnects) {
+  Server s({"--http-threads", "1100", "--max-queue", "2000", "--layout", "1,1", "--cores", "0,1"}, {});
+  ASSERT_GT(s.port(), 0) << s.Log();
+  const int n = 1000, quitters = 20;
+  const auto problems = Heldout(100);
+  std::atomic<int> complete{0}, open{0}, peak{0}, hung_up{0}, failed{0};
+  std::atomic<int> go{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < n + quitters; ++i)
+    clients.emplace_back([&, i] {
+      const bool quit = i >= n;
+      while (go.load() == 0) std::this_thread::yield();
+      httplib::Client c("127.0.0.1", s.port());
+      c.set_read_timeout(120, 0);
+      c.set_connection_timeout(60, 0);
+      json body = {{"prompt", problems[static_cast<size_t>(i) % problems.size()].prompt},
+                   {"slo_ms", 600000},
+                   {"max_tokens", 64},
+                   {"stream", true}};
+      std::string got;
+      bool counted = false;
+      httplib::Request req;
+      req.method = "POST";
+      req.path = "/v1/completions";
+      req.body = body.dump();
+      req.set_header("Content-Type", "application/json");
+      req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
+        if (!counted) {
+          counted = true;
+          const int now = ++open;
+          int p = peak.load();
+          while (now > p && !peak.compare_exchange_weak(p, now)) {
+          }
+        }
+        got.append(data, len);
+        if (quit) {
+          ++hung_up;
+          return false;  // hang up mid-stream
+        }
+        return true;
+      };
+      httplib::Response res;
+      httplib::Error err = httplib::Error::Success;
+      const bool sent = c.send(req, res, err);
+      if (counted) --open;
+      if (!quit && !(sent && res.status == 200)) ++failed;
+      if (!quit && sent && res.status == 200 && got.find("data: [DONE]") != std::string::npos) ++complete;
+    });
+  // The server's own count of live requests, sampled while the clients run.
+  std::atomic<bool> sampling{true};
+  std::atomic<int> live_peak{0};
+  std::thread sampler([&] {
+    httplib::Client c("127.0.0.1", s.port());
+    while (sampling) {
+      if (auto m = c.Get("/metrics")) {
+        const std::string key = "\ntediserve_live_requests ";
+        const size_t at = m->body.find(key);
+        if (at != std::string::npos) live_peak = std::max(live_peak.load(), std::atoi(m->body.c_str() + at + key.size()));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  go = 1;
+  for (auto& c : clients) c.join();
+  sampling = false;
+  sampler.join();
+  EXPECT_EQ(complete.load(), n) << s.Log();
+  EXPECT_EQ(hung_up.load(), quitters);
+  EXPECT_GE(live_peak.load(), n / 2) << "the server never held half the streams at once (peak " << live_peak << ")";
+  int status = 0;
+  Post(s, "/v1/completions", {{"prompt", "48+39="}, {"slo_ms", 10000}}, &status);
+  EXPECT_EQ(status, 200);
+  auto m = s.Client().Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("tediserve_requests_total{outcome=\"cancelled\"}"), std::string::npos);
+}
+
+// A client that sends half a request and stalls is cut off after the read timeout; others are
+// served meanwhile.
+TEST(ServeTest, SlowClientIsCutOffOthersServed) {
+  Server s;
+  ASSERT_GT(s.port(), 0) << s.Log();
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(s.port()));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\":";
+  ASSERT_EQ(write(fd, head.data(), head.size()), static_cast<ssize_t>(head.size()));
+  int status = 0;
+  Post(s, "/v1/completions", {{"prompt", "48+39="}, {"slo_ms", 10000}}, &status);
+  EXPECT_EQ(status, 200);
+  // The server's read timeout is 10 s: it closes the stalled connection (read returns 0 or
+  // an error) well before 30 s.
+  timeval tv{30, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  const auto t0 = std::chrono::steady_clock::now();
+  char buf[4096];
+  ssize_t r = 0;
+  while ((r = read(fd, buf, sizeof buf)) > 0) {
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  close(fd);
+  EXPECT_LT(waited, 25) << "the stalled connection was not closed";
+  Post(s, "/v1/completions", {{"prompt", "48+39="}, {"slo_ms", 10000}}, &status);
+  EXPECT_EQ(status, 200);
+}
+
+// Options from a TOML config file; a flag on the command line wins; unknown keys are errors.
+TEST(ServeTest, ConfigFileSetsOptions) {
+  const fs::path dir = fs::temp_directory_path() / ("tedi_config_test_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "serve.toml") << "# test config\napi-key = \"from-config\"\nlayout = \"1\"\ncores = \"0\"\n"
+                                    << "max-queue = 64\n";
+  {
+    Server s({"--config", (dir / "serve.toml").string()}, {});
+    ASSERT_GT(s.port(), 0) << s.Log();
+    int status = 0;
+    Post(s, "/v1/completions", {{"prompt", "48+39="}}, &status);
+    EXPECT_EQ(status, 401);  // the config's API key is required
+    auto ok = s.Client().Post("/v1/completions", httplib::Headers{{"Authorization", "Bearer from-config"}},
+                              R"({"prompt":"48+39=","slo_ms":10000})", "application/json");
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200) << ok->body;
+    auto h = s.Client().Get("/admin/layout", httplib::Headers{{"Authorization", "Bearer from-config"}});
+    ASSERT_TRUE(h);
+    EXPECT_EQ(json::parse(h->body)["instances"].size(), 1u) << h->body;
+  }
+  {
+    Server s({"--config", (dir / "serve.toml").string(), "--api-key", "from-flag"}, {});
+    ASSERT_GT(s.port(), 0) << s.Log();
+    auto ok = s.Client().Post("/v1/completions", httplib::Headers{{"Authorization", "Bearer from-flag"}},
+                              R"({"prompt":"48+39=","slo_ms":10000})", "application/json");
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200) << ok->body;
+  }
+  std::ofstream(dir / "bad.toml") << "port = 0\nno-such-option = 3\n";
+  for (const std::string& f : {(dir / "bad.toml").string(), (dir / "missing.toml").string()}) {
+    Server s({"--config", f}, {});
+    int st = -1;
+    ASSERT_TRUE(s.WaitExit(30, &st)) << f;
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) != 0) << f << ": " << s.Log();
+    EXPECT_FALSE(s.Log().empty());
+  }
+  fs::remove_all(dir);
 }
 
 TEST(ServeTest, SigtermDrainsAndExitsCleanly) {
