@@ -27,7 +27,13 @@ CLI::App* AddPlanCommand(CLI::App& app, PlanArgs* a) {
   p->add_option("--cluster", a->cluster, "cluster description (YAML or JSON)")->required();
   p->add_option("--workload", a->workload, "workload statistics: {classes: [{prompt_len, output_len, rps, slo_s}]}");
   p->add_option("--trace", a->trace, "a request trace (CSV or JSONL, the simulator's format) instead of --workload");
-  p->add_option("--at-s", a->at_s, "trace: plan at this time (default: the last arrival)");
+  p->add_option_function<double>(
+      "--at-s",
+      [a](const double& t) {
+        a->at_s = t;
+        a->at_s_given = true;
+      },
+      "trace: plan at this time (default: the last arrival)");
   p->add_option("--window-s", a->window_s, "trace: arrival-rate window (seconds)");
   p->add_option("--slo-s", a->slo_s, "trace: SLO (seconds) of requests that have none");
   p->add_option("--prompt-round", a->prompt_round, "trace: prompt lengths rounded up to a multiple of this")
@@ -147,9 +153,9 @@ StatusOr<std::vector<LengthClass>> ClassesFromTrace(const PlanArgs& a, int block
                            std::to_string(block_size));
   if (!(std::isfinite(a.window_s) && a.window_s > 0)) return InvalidArgument("--window-s must be > 0");
   if (!(std::isfinite(a.slo_s) && a.slo_s >= 0)) return InvalidArgument("--slo-s must be >= 0");
+  if (a.at_s_given && !std::isfinite(a.at_s)) return InvalidArgument("--at-s must be a finite time");
   ASSIGN_OR_RETURN(std::vector<policy::RequestSpec> reqs, sim::ReadTrace(a.trace));
-  const double at = a.at_s >= 0 ? a.at_s : reqs.back().arrival;
-  if (!std::isfinite(at)) return InvalidArgument("--at-s must be finite");
+  const double at = a.at_s_given ? a.at_s : reqs.back().arrival;
   plan::MonitorOptions mo;
   mo.window_s = a.window_s;
   mo.prompt_round = a.prompt_round;
@@ -220,7 +226,8 @@ int RunPlan(const PlanArgs& a) {
   opt.mip.node_limit = a.node_limit;
   opt.mip.time_limit_s = a.time_limit_s;
   StatusOr<plan::Stage1Result> s1 = plan::PlanStage1(in, opt);
-  if (!s1.ok()) return fail(s1.status().WithContext(a.cluster));
+  // Stage 1's errors name the class or degree at fault; say which two inputs met.
+  if (!s1.ok()) return fail(s1.status().WithContext("planning " + (a.trace.empty() ? a.workload : a.trace) + " on " + a.cluster));
 
   // Current layout: given, or every GPU a smallest-degree instance.
   plan::Stage2Inputs s2in;
@@ -263,8 +270,12 @@ int RunPlan(const PlanArgs& a) {
     std::printf("\n");
   }
   std::printf("stage 1: %s%s%s\n", plan::Stage1OutcomeName(s1->outcome), s1->reason.empty() ? "" : ": ", s1->reason.c_str());
-  std::printf("  current layout: %s\n  chosen layout:  %s  (%d instances, %d GPUs)\n", Layout(current_layout).c_str(),
-              Layout(s1->instances).c_str(), s1->total_instances, s1->gpus_used);
+  if (s1->outcome == plan::Stage1Outcome::kEmptyWorkload)
+    std::printf("  current layout: %s\n  chosen layout:  %s  (kept: nothing to plan for)\n", Layout(current_layout).c_str(),
+                Layout(current_layout).c_str());
+  else
+    std::printf("  current layout: %s\n  chosen layout:  %s  (%d instances, %d GPUs)\n", Layout(current_layout).c_str(),
+                Layout(s1->instances).c_str(), s1->total_instances, s1->gpus_used);
   if (s1->outcome == plan::Stage1Outcome::kPlanned) {
     std::printf("  mean threshold %.4f, mean planned latency %.3f s\n", s1->mean_threshold, s1->mean_latency_s);
     for (const auto& [d, b] : s1->recompute_bin)

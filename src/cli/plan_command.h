@@ -27,7 +27,8 @@ struct PlanArgs {
   std::string cluster;
   std::string workload;     // classes file, or
   std::string trace;        // a request trace (sim trace format)
-  double at_s = -1;         // trace: plan at this time (default: the last arrival)
+  double at_s = 0;          // trace: plan at this time (when at_s_given; default: the last arrival)
+  bool at_s_given = false;
   double window_s = 300;    // trace: the monitor's window
   double slo_s = 0;         // trace: SLO of requests without one
   int prompt_round = 256;   // trace: class rounding
