@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "cli/model_setup.h"
+#include "engine/chat_template.h"
 #include "serve/agent.h"
 #include "serve/http_server.h"
 #include "serve/runtime.h"
@@ -92,6 +93,9 @@ CLI::App* AddServeCommand(CLI::App& app, ServeArgs* a) {
   s->add_flag("--no-local-agent", a->no_local_agent, "start no agent here: every worker runs on joined agents");
   s->add_option("--agent-wait", a->agent_wait_s, "at start, seconds to wait for agents to offer the layout's devices")
       ->check(CLI::Range(0.0, 3600.0));
+  s->add_option("--chat-template", a->chat_template,
+                "chat template for /v1/chat/completions: a tokenizer_config.json, a folder holding one, or a "
+                "template file (default: the model folder's tokenizer_config.json, when it has one)");
   // Read by ExpandServeConfig before parsing; declared here for --help and so it parses.
   s->add_option("--config", a->config,
                 "read options from this TOML file (key = value, keys: the long flags without --); flags win");
@@ -255,6 +259,27 @@ int RunServe(const ServeArgs& a) {
     static const char* hex = "0123456789abcdef";
     for (unsigned char c : b) ro.cluster_token += std::string{hex[c >> 4], hex[c & 15]};
   }
+  // The chat template: --chat-template, else the model folder's tokenizer_config.json when it
+  // has one. One that does not compile is an error now, not a wrong prompt later.
+  std::shared_ptr<const engine::ChatTemplate> chat_template;
+  nlohmann::ordered_json chat_defaults = nlohmann::ordered_json::object();
+  {
+    std::string source = a.chat_template;
+    const fs::path config = fs::path(a.model_dir) / "tokenizer_config.json";
+    if (source.empty() && fs::is_regular_file(config)) {
+      std::ifstream in(config);
+      const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.contains("chat_template")) source = config.string();
+    }
+    if (!source.empty()) {
+      auto src = engine::LoadChatTemplateSource(source);
+      if (!src.ok()) return ReportError(src.status());
+      auto compiled = engine::ChatTemplate::Compile(src->text);
+      if (!compiled.ok()) return ReportError(compiled.status().WithContext(source));
+      chat_template = std::make_shared<const engine::ChatTemplate>(std::move(compiled).value());
+      chat_defaults = src->defaults;
+    }
+  }
   auto rt = serve::Runtime::Start(ro);
   if (!rt.ok()) return ReportError(rt.status());
 
@@ -267,6 +292,8 @@ int RunServe(const ServeArgs& a) {
   ho.max_body_bytes = static_cast<size_t>(a.max_body_kb) * 1024;
   ho.max_prompt_chars = a.max_prompt_chars;
   ho.threads = a.http_threads;
+  ho.chat_template = chat_template;
+  ho.chat_defaults = chat_defaults;
   serve::HttpServer http(rt->get(), ho);
   auto port = http.Bind();
   if (!port.ok()) return ReportError(port.status());

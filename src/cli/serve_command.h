@@ -35,6 +35,7 @@ struct ServeArgs {
   bool no_local_agent = false;
   double agent_wait_s = 60;
   std::string config;  // the TOML file ExpandServeConfig read
+  std::string chat_template;  // file or folder; default: the model's tokenizer_config.json
 };
 
 // `serve --config FILE`: the file's `key = value` lines (TOML; keys are the long flag names

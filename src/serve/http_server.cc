@@ -121,6 +121,8 @@ void HttpServer::Routes() {
   limits.block_size = rt->block_size();
   limits.max_prompt_chars = options_.max_prompt_chars;
   limits.mask_id = rt->config().mask_token_id;
+  limits.chat_template = options_.chat_template;
+  limits.chat_defaults = options_.chat_defaults;
 
   svr_->Get("/health", [rt](const httplib::Request&, httplib::Response& res) {
     const int up = rt->instances_up();

@@ -7,7 +7,10 @@
 #include <memory>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "common/status.h"
+#include "engine/chat_template.h"
 #include "serve/runtime.h"
 
 namespace httplib {
@@ -25,6 +28,8 @@ struct HttpOptions {
   int threads = 512;               // connections served at once (streams hold theirs)
   int keep_alive_s = 5;            // idle keep-alive connections close after this
   int read_timeout_s = 10;         // a client that sends its request slower is cut off
+  std::shared_ptr<const engine::ChatTemplate> chat_template;  // none: chat messages concatenated
+  nlohmann::ordered_json chat_defaults = nlohmann::ordered_json::object();
 };
 
 class HttpServer {

@@ -121,6 +121,7 @@ std::variant<CompletionRequest, ApiError> ParseCompletionRequest(std::string_vie
     if (!j.contains("messages")) return Bad("messages is required", "messages");
     const json& ms = j["messages"];
     if (!ms.is_array() || ms.empty()) return Bad("messages must be a non-empty array", "messages");
+    nlohmann::ordered_json conversation = nlohmann::ordered_json::array();
     for (size_t i = 0; i < ms.size(); ++i) {
       const std::string w = "messages[" + std::to_string(i) + "]";
       const json& m = ms[i];
@@ -132,7 +133,22 @@ std::variant<CompletionRequest, ApiError> ParseCompletionRequest(std::string_vie
       for (const auto& [k, v] : m.items())
         if (k != "role" && k != "content" && k != "name") return Bad(w + ": unknown field \"" + SanitizeUtf8(k) + "\"", w);
       if (!m.contains("content")) return Bad(w + ".content is required", w + ".content");
-      if (auto e = ContentText(m["content"], w + ".content", &text)) return *e;
+      std::string content;
+      if (auto e = ContentText(m["content"], w + ".content", &content)) return *e;
+      if (content.size() > static_cast<size_t>(limits.max_prompt_chars))
+        return Bad(w + ".content has " + std::to_string(content.size()) + " bytes, the limit is " +
+                       std::to_string(limits.max_prompt_chars),
+                   w + ".content");
+      text += content;
+      conversation.push_back({{"role", role}, {"content", content}});
+    }
+    if (limits.chat_template) {
+      nlohmann::ordered_json vars = limits.chat_defaults;
+      vars["messages"] = std::move(conversation);
+      vars["add_generation_prompt"] = true;
+      auto rendered = limits.chat_template->Render(vars);
+      if (!rendered.ok()) return Bad("the chat template cannot format these messages: " + rendered.status().message(), "messages");
+      text = std::move(rendered).value();
     }
   } else {
     if (!j.contains("prompt")) return Bad("prompt is required", "prompt");
@@ -271,12 +287,9 @@ FinalText TextOf(const std::vector<int32_t>& output, const engine::Tokenizer& to
     ids.push_back(t);
   }
   f.finished = f.eos || !masked;
-  // Decode token by token so a stop cut maps back to a token count.
-  std::vector<size_t> ends;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    f.text += tokenizer.Decode({ids[i]}, -1);
-    ends.push_back(f.text.size());
-  }
+  // The whole sequence at once: a byte-level BPE token may hold part of a UTF-8 character,
+  // so tokens decoded one by one would each show U+FFFD.
+  f.text = tokenizer.Decode(ids, -1);
   f.tokens = static_cast<int>(ids.size());
   size_t cut = std::string::npos;
   for (const auto& s : stop) cut = std::min(cut, f.text.find(s));
@@ -284,8 +297,21 @@ FinalText TextOf(const std::vector<int32_t>& output, const engine::Tokenizer& to
     f.text.resize(cut);
     f.stopped = f.finished = true;
     f.eos = false;
-    f.tokens = 0;
-    while (f.tokens < static_cast<int>(ends.size()) && ends[static_cast<size_t>(f.tokens)] <= cut) ++f.tokens;
+    // Tokens the kept text needs: the fewest whose decoding reaches the cut (a prefix's
+    // decoding only grows with more tokens; binary search keeps it O(n log n)).
+    int lo = 0, hi = static_cast<int>(ids.size());
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      const std::vector<int32_t> prefix(ids.begin(), ids.begin() + mid);
+      if (tokenizer.Decode(prefix, -1).size() >= cut) hi = mid;
+      else lo = mid + 1;
+    }
+    f.tokens = lo;
+  } else if (!f.finished) {
+    // A character whose bytes are still partly masked decodes as a trailing U+FFFD for now:
+    // hold it back until the rest is known.
+    static const std::string kReplacement = "\xEF\xBF\xBD";
+    if (f.text.size() >= 3 && f.text.compare(f.text.size() - 3, 3, kReplacement) == 0) f.text.resize(f.text.size() - 3);
   }
   return f;
 }

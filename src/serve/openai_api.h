@@ -5,12 +5,14 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
 
+#include "engine/chat_template.h"
 #include "engine/tokenizer.h"
 #include "serve/runtime.h"
 
@@ -34,6 +36,10 @@ struct ApiLimits {
   int block_size = 0;          // the policy's block size
   int max_prompt_chars = 65536;
   int32_t mask_id = -1;
+  // The model's chat template (tokenizer_config.json, or --chat-template): a chat request's
+  // prompt is its rendering with add_generation_prompt. None: the messages' text, concatenated.
+  std::shared_ptr<const engine::ChatTemplate> chat_template;
+  nlohmann::ordered_json chat_defaults = nlohmann::ordered_json::object();  // bos_token, eos_token, ...
 };
 
 struct CompletionRequest {

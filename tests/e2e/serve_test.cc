@@ -719,6 +719,47 @@ TEST(ServeTest, ConfigFileSetsOptions) {
   fs::remove_all(dir);
 }
 
+// /v1/chat/completions formats the conversation with the chat template (--chat-template; a
+// model folder's tokenizer_config.json by default). This one turns the messages into the
+// tiny model's "59+59=" prompt form; without it the prompt would be "59+59".
+TEST(ServeTest, ChatUsesTheChatTemplate) {
+  const fs::path dir = fs::temp_directory_path() / ("tedi_chat_template_test_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "plain.jinja")
+      << "{% for m in messages %}{% if m['role'] == 'user' %}{{ m['content'] }}{% endif %}{% endfor %}"
+         "{% if add_generation_prompt %}={% endif %}";
+  std::ofstream(dir / "raises.jinja") << "{{ raise_exception('only one user message') }}";
+  std::ofstream(dir / "broken.jinja") << "{% for m in messages %}{{ m.content }";
+  {
+    Server s({"--chat-template", (dir / "plain.jinja").string()});
+    ASSERT_GT(s.port(), 0) << s.Log();
+    int status = 0;
+    json r = Post(s, "/v1/chat/completions",
+                  {{"messages", {{{"role", "system"}, {"content", "add"}}, {{"role", "user"}, {"content", "59+59"}}}},
+                   {"slo_ms", 10000}, {"min_threshold", 0.9}},
+                  &status);
+    ASSERT_EQ(status, 200) << r.dump();
+    EXPECT_EQ(r["choices"][0]["message"]["content"], "118") << r.dump();
+    EXPECT_EQ(r["usage"]["prompt_tokens"], 6) << r.dump();  // "59+59=": the system message left out
+  }
+  {
+    Server s({"--chat-template", (dir / "raises.jinja").string()});
+    ASSERT_GT(s.port(), 0) << s.Log();
+    int status = 0;
+    json r = Post(s, "/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "1+1"}}}}}, &status);
+    EXPECT_EQ(status, 400) << r.dump();
+    EXPECT_NE(r["error"]["message"].get<std::string>().find("only one user message"), std::string::npos) << r.dump();
+  }
+  for (const char* bad : {"broken.jinja", "missing.jinja"}) {
+    Server s({"--chat-template", (dir / bad).string()});
+    int st = -1;
+    ASSERT_TRUE(s.WaitExit(30, &st)) << bad;
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) != 0) << bad << ": " << s.Log();
+    EXPECT_NE(s.Log().find(bad), std::string::npos) << s.Log();
+  }
+  fs::remove_all(dir);
+}
+
 TEST(ServeTest, SigtermDrainsAndExitsCleanly) {
   Server s;
   ASSERT_GT(s.port(), 0) << s.Log();
