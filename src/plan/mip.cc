@@ -60,7 +60,10 @@ struct SolveCtx {
   int64_t node_limit = 0;
   int tm_lim_ms = 0;
   double mip_gap = 0;
+  const double* initial = nullptr;  // warm start, 1-based (GLPK's convention), or null
   // outputs
+  bool initial_offered = false;
+  bool initial_accepted = false;
   double* x = nullptr;
   double objective = 0;
   int ret = 0;
@@ -92,10 +95,33 @@ void Callback(glp_tree* tree, void* info) {
   int a = 0, n = 0, t = 0;
   glp_ios_tree_size(tree, &a, &n, &t);
   ctx->nodes = t;
+  const int reason = glp_ios_reason(tree);
+  if (ctx->initial != nullptr && !ctx->initial_offered && reason == GLP_IHEUR) {
+    ctx->initial_offered = true;
+    ctx->initial_accepted = glp_ios_heur_sol(tree, ctx->initial) == 0;
+  }
   if (ctx->node_limit > 0 && t > ctx->node_limit && glp_ios_reason(tree) == GLP_ISELECT) {
     ctx->stopped_by_nodes = true;
     glp_ios_terminate(tree);
   }
+}
+
+// Whether x (one value per column) is within every column bound and row, to 1e-6 scaled by
+// the size of the bound (the values come from an earlier GLPK solve of the same rows, which
+// holds them to its own 1e-7).
+bool IsFeasible(const MipModel& m, const double* x) {
+  constexpr double kTol = 1e-6;
+  auto within = [](double v, double lb, double ub) {
+    return v >= lb - kTol * (1 + std::abs(std::isfinite(lb) ? lb : 0)) && v <= ub + kTol * (1 + std::abs(std::isfinite(ub) ? ub : 0));
+  };
+  for (size_t j = 0; j < m.cols.size(); ++j)
+    if (!within(x[j], m.cols[j].lb, m.cols[j].ub)) return false;
+  for (const MipModel::Row& r : m.rows) {
+    double a = 0;
+    for (const auto& [j, c] : r.terms) a += c * x[j];
+    if (!within(a, r.lb, r.ub)) return false;
+  }
+  return true;
 }
 
 // Returns false when GLPK raised an error (the hook fired).
@@ -136,6 +162,18 @@ bool GuardedSolve(SolveCtx* ctx) {
   glp_init_iocp(&parm);
   parm.msg_lev = GLP_MSG_OFF;
   parm.presolve = GLP_ON;
+  if (ctx->initial != nullptr) {
+    // glp_ios_heur_sol takes a solution of the problem the search runs on: without the MIP
+    // presolver that is this problem, whose LP relaxation must then be solved first.
+    glp_smcp sm;
+    glp_init_smcp(&sm);
+    sm.msg_lev = GLP_MSG_OFF;
+    if (glp_simplex(lp, &sm) == 0 && glp_get_status(lp) == GLP_OPT) {
+      parm.presolve = GLP_OFF;
+    } else {
+      ctx->initial = nullptr;  // no optimal relaxation here: the presolver reports the outcome
+    }
+  }
   parm.cb_func = Callback;
   parm.cb_info = ctx;
   if (ctx->tm_lim_ms > 0) parm.tm_lim = ctx->tm_lim_ms;
@@ -234,6 +272,21 @@ StatusOr<MipResult> SolveMip(const MipModel& model, const MipOptions& options) {
   ctx.tm_lim_ms = options.time_limit_s > 0 ? static_cast<int>(std::min(2.0e9, std::ceil(options.time_limit_s * 1000))) : 0;
   ctx.mip_gap = options.mip_gap;
   ctx.x = x.data();
+  std::vector<double> initial;
+  if (!options.initial.empty()) {
+    if (static_cast<int>(options.initial.size()) != n)
+      return InvalidArgument("MIP options: the initial solution has " + std::to_string(options.initial.size()) + " values for " +
+                             std::to_string(n) + " columns");
+    initial.assign(1, 0.0);  // GLPK counts columns from 1
+    for (int j = 0; j < n; ++j) {
+      const double v = options.initial[j];
+      if (!std::isfinite(v)) return InvalidArgument("MIP options: the initial solution has a non-finite value");
+      initial.push_back(model.cols[j].integer ? std::round(v) : v);
+    }
+    // glp_ios_heur_sol does not check primal feasibility: a solution that breaks a bound or
+    // a row would be taken as the incumbent. Check here; an infeasible one is not offered.
+    if (IsFeasible(model, initial.data() + 1)) ctx.initial = initial.data();
+  }
   bool ok = false;
   {
     std::lock_guard<std::mutex> lock(g_glpk_mutex);
@@ -242,6 +295,7 @@ StatusOr<MipResult> SolveMip(const MipModel& model, const MipOptions& options) {
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!ok) return Internal(std::string("GLPK reported an error: ") + ctx.message);
   res.nodes = ctx.nodes;
+  res.initial_accepted = ctx.initial_accepted;
   res.detail = std::string("glp_intopt ") + RetName(ctx.ret) + ", glp_mip_status " + MipStatusGlpName(ctx.mip_status);
   if (ctx.mip_status == GLP_OPT) {
     res.status = MipStatus::kOptimal;

@@ -62,6 +62,13 @@ struct MipOptions {
   // Wall-clock limit in seconds (0: none). Not deterministic; for interactive use only.
   double time_limit_s = 0;
   double mip_gap = 0;  // relative gap at which the search stops (0: prove optimality)
+  // A known solution (one value per column) offered to the search as its first incumbent
+  // (warm start): nodes that cannot beat it are pruned from the start. Integer columns are
+  // rounded; a vector outside a bound or row (1e-6, scaled) is not offered
+  // (MipResult::initial_accepted says whether it was taken). The optimum is the same either
+  // way. It costs GLPK's MIP presolver (the incumbent must be in the problem's own columns),
+  // so it pays where finding a first incumbent is the hard part.
+  std::vector<double> initial;
 };
 
 struct MipResult {
@@ -71,6 +78,7 @@ struct MipResult {
   double objective = 0;
   int64_t nodes = 0;         // branch-and-bound nodes created
   double seconds = 0;        // wall time of the solve (reporting only)
+  bool initial_accepted = false;  // MipOptions::initial was feasible and used
   bool has_solution() const { return status == MipStatus::kOptimal || status == MipStatus::kFeasible; }
 };
 

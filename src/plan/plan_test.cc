@@ -37,6 +37,36 @@ TEST(MipTest, SolvesASmallKnapsackToItsKnownOptimum) {
   EXPECT_NEAR(r->x[c] + r->x[d], 0, 1e-9);
 }
 
+TEST(MipTest, AWarmStartIsCheckedBeforeItIsOfferedAndKeepsTheOptimum) {
+  // The knapsack again. A feasible start ({c, d} = 15) is taken as the first incumbent; the
+  // optimum stays {a, b} = 23. A start over the capacity ({a, b, c}: weight 13, value 30)
+  // would become the incumbent unchecked (glp_ios_heur_sol does not check rows): it must be
+  // refused and the optimum still found.
+  MipModel m;
+  m.maximize = true;
+  const int a = m.AddCol("a", 0, 1, true, 10), b = m.AddCol("b", 0, 1, true, 13);
+  const int c = m.AddCol("c", 0, 1, true, 7), d = m.AddCol("d", 0, 1, true, 8);
+  m.AddRow("w", -kInf, 10, {{a, 4}, {b, 6}, {c, 3}, {d, 5}});
+  MipOptions o;
+  o.initial = {0, 0, 1, 0.9999999999};  // integer columns are rounded
+  StatusOr<MipResult> r = SolveMip(m, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->initial_accepted);
+  EXPECT_EQ(r->status, MipStatus::kOptimal);
+  EXPECT_NEAR(r->objective, 23, 1e-9);
+  o.initial = {1, 1, 1, 0};
+  r = SolveMip(m, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->initial_accepted);
+  EXPECT_EQ(r->status, MipStatus::kOptimal);
+  EXPECT_NEAR(r->objective, 23, 1e-9);
+  EXPECT_NEAR(r->x[c], 0, 1e-9);
+  o.initial = {1, 1};
+  EXPECT_EQ(SolveMip(m, o).status().code(), StatusCode::kInvalidArgument);
+  o.initial = {1, 1, std::nan(""), 0};
+  EXPECT_EQ(SolveMip(m, o).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(MipTest, InfeasibleAndUnboundedAreResultsNotErrors) {
   MipModel m;
   const int x = m.AddCol("x", 0, 5, true, 1);
@@ -424,6 +454,54 @@ TEST(Stage1Test, MatchesBruteForceOnSmallClusters) {
   // The cases exercise both outcomes.
   EXPECT_GE(planned, 3);
   EXPECT_GE(fallbacks, 1);
+}
+
+// Bins a larger bin of the same degree is no slower than are left out of the MILP (fewer
+// binaries). The H100 profile has such bins among the cache bins 32..256 (its curves are
+// made non-decreasing on loading, so these are ties: TP-1 takes as long for 64 tokens as for
+// 32); brute force, which tries every bin, must find the same optima.
+TEST(Stage1Test, LeavingOutDominatedBinsKeepsTheOptimum) {
+  const policy::LatencyProfile prof = H100();
+  ASSERT_LE(prof.StepSeconds(1, 64), prof.StepSeconds(1, 32));  // the premise
+  std::mt19937 rng(5);
+  int planned = 0;
+  for (int t = 0; t < 6; ++t) {
+    Stage1Inputs in;
+    in.gpus_per_node.assign(1 + t % 2, 4);
+    in.tp_degrees = t % 3 == 0 ? std::vector<int>{1, 4} : (t % 3 == 1 ? std::vector<int>{1, 2} : std::vector<int>{2, 4});
+    in.profile = &prof;
+    in.thresholds = {0.9, 0.5};
+    in.tokens_per_step = {3.02, 6.58};
+    in.block_size = 32;
+    in.recompute_bins = {1024, 4096};
+    in.cache_bins = {32, 64, 128, 256};
+    for (int k = 0; k < 2; ++k) {
+      LengthClass c;
+      c.prompt_len = 256 * (1 + static_cast<int>(rng() % 3));
+      c.output_len = 256 * (1 + static_cast<int>(rng() % 2));
+      c.rps = 0.5 + (rng() % 60) / 10.0;
+      c.slo_s = 3 + (rng() % 40) / 10.0;
+      in.classes.push_back(c);
+    }
+    SCOPED_TRACE("case " + std::to_string(t));
+    StatusOr<Stage1Result> milp = PlanStage1(in);
+    StatusOr<BruteForceStage1Result> bf = BruteForceStage1(in);
+    ASSERT_TRUE(milp.ok()) << milp.status().ToString();
+    ASSERT_TRUE(bf.ok()) << bf.status().ToString();
+    ASSERT_EQ(milp->outcome == Stage1Outcome::kPlanned, bf->feasible);
+    if (!bf->feasible) continue;
+    ++planned;
+    EXPECT_NEAR(milp->mean_threshold, bf->mean_threshold, 1e-4);
+    EXPECT_NEAR(milp->mean_latency_s, bf->mean_latency_s, 1e-4 * std::max(1.0, bf->mean_latency_s));
+    for (const auto& [d, b] : milp->cache_bin) {
+      for (int larger : in.cache_bins) {
+        if (larger > b) {
+          EXPECT_GT(prof.StepSeconds(d, larger), prof.StepSeconds(d, b)) << "TP" << d << " chose a dominated bin";
+        }
+      }
+    }
+  }
+  EXPECT_GE(planned, 3);
 }
 
 // ---------------------------------------------------------------- Stage 2

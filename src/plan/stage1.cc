@@ -188,7 +188,7 @@ struct Stage1Mip {
   std::vector<std::vector<int>> y;  // [group][pattern]
   std::vector<int> X;               // [d]
   std::vector<std::vector<int>> z, zc;         // [d][b]
-  std::vector<std::vector<int>> s, sc;         // [k][c]
+  std::vector<std::vector<int>> t;             // [k][c]: steps at threshold c (recompute + cache)
   std::vector<std::vector<std::vector<int>>> w, wc;  // [k][d][b] (-1: not allowed)
   std::vector<std::pair<int, double>> obj1, obj2, obj3;
 };
@@ -236,15 +236,30 @@ Stage1Mip BuildMip(const Stage1Problem& p, bool use_all_gpus, const std::optiona
     const double M = use_all_gpus ? total_gpus + 1.0 : 0.0;
     s.obj3.emplace_back(xd, 1.0 - M * p.degrees[d]);
   }
-  // Bins.
+  // Bins. A bin is dominated when a larger one of the same degree is no slower: the larger
+  // bin admits every class the smaller one does, with no more latency per step and less
+  // work per token, so an optimum never needs the smaller one (it is left out: fewer binaries).
+  auto dominated = [](const std::vector<double>& lat, size_t b) {
+    for (size_t b2 = b + 1; b2 < lat.size(); ++b2)
+      if (lat[b2] <= lat[b]) return true;
+    return false;
+  };
   for (int d = 0; d < nd; ++d) {
     std::vector<int> zr, zcr;
     std::vector<std::pair<int, double>> one, onec;
     for (size_t b = 0; b < p.recompute_bins.size(); ++b) {
+      if (dominated(p.rec_lat[d], b)) {
+        zr.push_back(-1);
+        continue;
+      }
       zr.push_back(m.AddCol("z_" + std::to_string(p.degrees[d]) + "_" + std::to_string(p.recompute_bins[b]), 0, 1, true));
       one.emplace_back(zr.back(), 1.0);
     }
     for (size_t b = 0; b < p.cache_bins.size(); ++b) {
+      if (dominated(p.cache_lat[d], b)) {
+        zcr.push_back(-1);
+        continue;
+      }
       zcr.push_back(m.AddCol("zc_" + std::to_string(p.degrees[d]) + "_" + std::to_string(p.cache_bins[b]), 0, 1, true));
       onec.emplace_back(zcr.back(), 1.0);
     }
@@ -260,8 +275,7 @@ Stage1Mip BuildMip(const Stage1Problem& p, bool use_all_gpus, const std::optiona
   }
   const double tmin = *std::min_element(p.tokens_per_step.begin(), p.tokens_per_step.end());
   std::vector<std::vector<std::pair<int, double>>> stab(nd);
-  s.s.resize(nk);
-  s.sc.resize(nk);
+  s.t.resize(nk);
   s.w.resize(nk);
   s.wc.resize(nk);
   for (int k = 0; k < nk; ++k) {
@@ -270,21 +284,18 @@ Stage1Mip BuildMip(const Stage1Problem& p, bool use_all_gpus, const std::optiona
     const double blocks = c.output_len / B;
     const double cache_ub = std::max(0.0, c.output_len / tmin - blocks);
     const int seq = c.prompt_len + c.output_len;
-    std::vector<std::pair<int, double>> rec_c, tokens, cache_c;
+    // Steps by threshold, recompute and cache together: t_{k,c} = s_{k,c} + s'_{k,c}. Exact:
+    // recompute and cache steps at one threshold unmask the same T_c tokens and weigh the
+    // same in the first objective, and any t with sum_c t_{k,c} >= N_k (implied: cache steps
+    // are >= 0) splits into s <= t with sum_c s = N_k (ClassPlan reports such a split).
+    std::vector<std::pair<int, double>> tokens, cache_c;
     for (int ci = 0; ci < nc; ++ci) {
-      const int a = m.AddCol("s_" + ks + "_" + std::to_string(ci), 0, blocks, false);
-      const int b = m.AddCol("sc_" + ks + "_" + std::to_string(ci), 0, cache_ub, false);
-      s.s[k].push_back(a);
-      s.sc[k].push_back(b);
-      rec_c.emplace_back(a, 1.0);
-      cache_c.emplace_back(b, -1.0);
+      const int a = m.AddCol("t_" + ks + "_" + std::to_string(ci), 0, blocks + cache_ub, false);
+      s.t[k].push_back(a);
+      cache_c.emplace_back(a, -1.0);
       tokens.emplace_back(a, p.tokens_per_step[ci]);
-      tokens.emplace_back(b, p.tokens_per_step[ci]);
-      const double coef = c.rps * p.thresholds[ci] * p.tokens_per_step[ci] / token_sum;
-      s.obj1.emplace_back(a, coef);
-      s.obj1.emplace_back(b, coef);
+      s.obj1.emplace_back(a, c.rps * p.thresholds[ci] * p.tokens_per_step[ci] / token_sum);
     }
-    m.AddRow("blocks_" + ks, blocks, blocks, rec_c);
     m.AddRow("tokens_" + ks, c.output_len, c.output_len, tokens);
     std::vector<std::pair<int, double>> rec_d, slo;
     s.w[k].assign(nd, {});
@@ -292,7 +303,7 @@ Stage1Mip BuildMip(const Stage1Problem& p, bool use_all_gpus, const std::optiona
     for (int d = 0; d < nd; ++d) {
       const std::string ds = std::to_string(p.degrees[d]);
       for (size_t b = 0; b < p.recompute_bins.size(); ++b) {
-        if (p.recompute_bins[b] < seq) {
+        if (p.recompute_bins[b] < seq || s.z[d][b] < 0) {
           s.w[k][d].push_back(-1);
           continue;
         }
@@ -306,7 +317,7 @@ Stage1Mip BuildMip(const Stage1Problem& p, bool use_all_gpus, const std::optiona
         m.AddRow("link_" + ks + "_" + ds + "_" + std::to_string(b), -kInf, 0, {{col, 1.0}, {s.z[d][b], -blocks}});
       }
       for (size_t b = 0; b < p.cache_bins.size(); ++b) {
-        if (p.cache_bins[b] < B) {
+        if (p.cache_bins[b] < B || s.zc[d][b] < 0) {
           s.wc[k][d].push_back(-1);
           continue;
         }
@@ -321,7 +332,8 @@ Stage1Mip BuildMip(const Stage1Problem& p, bool use_all_gpus, const std::optiona
       }
     }
     m.AddRow("recsplit_" + ks, blocks, blocks, rec_d);
-    m.AddRow("cachesplit_" + ks, 0, 0, cache_c);
+    // cache steps on the degrees = steps at the thresholds - the N_k recompute steps
+    m.AddRow("cachesplit_" + ks, -blocks, -blocks, cache_c);
     m.AddRow("slo_" + ks, -kInf, c.slo_s, slo);
   }
   for (int d = 0; d < nd; ++d) {
@@ -406,7 +418,14 @@ StatusOr<Stage1Result> PlanStage1(const Stage1Inputs& inputs, const Stage1Option
   std::vector<double> x;
   for (int i = 0; i < 3; ++i) {
     SetObjective(s.m, *stages[i].obj, stages[i].maximize);
-    ASSIGN_OR_RETURN(MipResult res, SolveMip(s.m, options.mip));
+    MipOptions mo = options.mip;
+    // Warm start: the second objective's optimum is feasible for the third (its rows are
+    // still there, the second one fixed within the tolerance it satisfies). Without that
+    // incumbent GLPK spent most of the third solve looking for a first integer point in the
+    // thin set the two fixed objectives leave (plan_bench, docs/experiments.md). The first
+    // two solves keep GLPK's presolver, which a warm start turns off and which pays there.
+    if (i == 2) mo.initial = x;
+    ASSIGN_OR_RETURN(MipResult res, SolveMip(s.m, mo));
     r.solves.push_back({stages[i].name, res.status, res.detail, res.objective, res.seconds, res.nodes});
     if (!res.has_solution()) {
       if (i == 0) {
@@ -435,17 +454,23 @@ StatusOr<Stage1Result> PlanStage1(const Stage1Inputs& inputs, const Stage1Option
     if (n <= 0) continue;
     r.instances[p.degrees[d]] = n;
     for (size_t b = 0; b < p.recompute_bins.size(); ++b)
-      if (x[s.z[d][b]] > 0.5) r.recompute_bin[p.degrees[d]] = p.recompute_bins[b];
+      if (s.z[d][b] >= 0 && x[s.z[d][b]] > 0.5) r.recompute_bin[p.degrees[d]] = p.recompute_bins[b];
     for (size_t b = 0; b < p.cache_bins.size(); ++b)
-      if (x[s.zc[d][b]] > 0.5) r.cache_bin[p.degrees[d]] = p.cache_bins[b];
+      if (s.zc[d][b] >= 0 && x[s.zc[d][b]] > 0.5) r.cache_bin[p.degrees[d]] = p.cache_bins[b];
   }
   double rps_sum = 0;
   for (size_t k = 0; k < p.classes.size(); ++k) {
     ClassPlan cp;
     cp.cls = p.classes[k];
+    // Split the steps at each threshold into recompute and cache steps: the N_k recompute
+    // steps go to the highest thresholds first (any split is as good; this one is fixed).
+    double rec_left = p.classes[k].output_len / p.block_size;
     for (size_t c = 0; c < p.thresholds.size(); ++c) {
-      cp.recompute_at.push_back(x[s.s[k][c]]);
-      cp.cache_at.push_back(x[s.sc[k][c]]);
+      const double steps = std::max(0.0, x[s.t[k][c]]);
+      const double rec = std::min(steps, rec_left);
+      rec_left -= rec;
+      cp.recompute_at.push_back(rec);
+      cp.cache_at.push_back(steps - rec);
     }
     for (int d = 0; d < nd; ++d) {
       double rec = 0, cache = 0;
