@@ -36,7 +36,7 @@ StatusOr<EvalRow> RunEvalRow(engine::DiffusionEngine& engine, const engine::Toke
   const int32_t eos = engine.config().eos_token_id;
   for (size_t i = 0; i < problems.size(); ++i) {
     std::string ans = tokenizer.Decode(states[i]->output_tokens(), eos);
-    const bool ok = ans == problems[i].answer;
+    const bool ok = engine::IsCorrectAnswer(ans, problems[i].answer);
     correct += ok;
     auto& pt = row.per_task[problems[i].task];
     pt.first += ok;

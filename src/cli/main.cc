@@ -13,9 +13,11 @@
 //   plan      reconfiguration planner: workload + cluster -> TP layout and plan steps
 //   chat-template  render conversations with a model's chat template (JSON lines)
 //   tokenize / detokenize  text <-> token ids with a model's tokenizer (JSON lines)
+//   bench-serve  load generator: held-out prompts to a live server (or one per policy it starts)
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "cli/bench_serve_command.h"
 #include "cli/chat_template_command.h"
 #include "cli/commands.h"
 #include "cli/fit_denoiser_command.h"
@@ -108,6 +110,8 @@ int main(int argc, char** argv) {
   CLI::App* plc = AddPlanCommand(app, &pl);
   ChatTemplateArgs ct;
   CLI::App* ctc = AddChatTemplateCommand(app, &ct);
+  BenchServeArgs bs;
+  CLI::App* bsc = AddBenchServeCommand(app, &bs);
   TokenizeArgs tk, dtk;
   CLI::App* dtkc = nullptr;
   CLI::App* tkc = AddTokenizeCommands(app, &tk, &dtk, &dtkc);
@@ -152,6 +156,7 @@ int main(int argc, char** argv) {
   if (*plc) return RunPlan(pl);
   if (*ctc) return RunChatTemplate(ct);
   if (*tkc) return RunTokenize(tk);
+  if (*bsc) return RunBenchServe(*bsc, bs);
   if (*dtkc) return RunDetokenize(dtk);
   return 2;
 }

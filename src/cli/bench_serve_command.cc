@@ -1,0 +1,832 @@
+#include "cli/bench_serve_command.h"
+
+#include <fcntl.h>
+#include <httplib.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "cli/loadgen.h"
+#include "cli/model_setup.h"
+#include "common/temp_dir.h"
+#include "engine/model_config.h"
+#include "engine/tokenizer.h"
+#include "policy/latency_profile.h"
+#include "policy/scheduler.h"
+#include "serve/launcher.h"
+#include "sim/calibration.h"
+#include "sim/plots.h"
+#include "sim/trace.h"
+
+namespace tediserve::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::string Fixed(double v, int digits) {
+  if (!std::isfinite(v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+std::string Pct(double v) { return std::isfinite(v) ? Fixed(100 * v, 1) + "%" : "-"; }
+
+// The model's own file if its folder has one, else data/<sub>/<name><suffix> (as serve finds it).
+std::string ModelFile(const std::string& model_dir, const std::string& own, const std::string& sub,
+                      const std::string& suffix) {
+  if (fs::exists(fs::path(model_dir) / own)) return (fs::path(model_dir) / own).string();
+  const std::string name = fs::path(model_dir).lexically_normal().filename().string();
+  for (const fs::path& root : {fs::path(TEDI_SOURCE_DIR), fs::path(".")})
+    if (fs::exists(root / "data" / sub / (name + suffix))) return (root / "data" / sub / (name + suffix)).string();
+  return (fs::path(model_dir) / own).string();  // named in the error
+}
+
+StatusOr<std::vector<int>> IntList(const std::string& s, const std::string& flag) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      const int v = std::stoi(item, &used);
+      if (used != item.size() || v < 0 || v > 4096) throw std::out_of_range(item);
+      out.push_back(v);
+    } catch (const std::exception&) {
+      return InvalidArgument(flag + ": \"" + item + "\" is not an integer in [0, 4096]");
+    }
+  }
+  return out;
+}
+
+// ---- The server's address ---------------------------------------------------------------
+
+struct Target {
+  std::string host;
+  int port = 0;
+  std::string Url() const { return "http://" + host + ":" + std::to_string(port); }
+};
+
+StatusOr<Target> ParseUrl(const std::string& url) {
+  const std::string scheme = "http://";
+  if (url.rfind(scheme, 0) != 0) return InvalidArgument("--url: \"" + url + "\" must start with http://");
+  std::string rest = url.substr(scheme.size());
+  if (!rest.empty() && rest.back() == '/') rest.pop_back();
+  if (rest.find('/') != std::string::npos)
+    return InvalidArgument("--url: give the server's root (http://HOST:PORT), not a path");
+  Target t;
+  t.port = 80;
+  const size_t colon = rest.rfind(':');
+  t.host = rest.substr(0, colon);
+  if (colon != std::string::npos) {
+    const std::string p = rest.substr(colon + 1);
+    char* end = nullptr;
+    const long v = std::strtol(p.c_str(), &end, 10);
+    if (p.empty() || *end != 0 || v < 1 || v > 65535) return InvalidArgument("--url: bad port \"" + p + "\"");
+    t.port = static_cast<int>(v);
+  }
+  if (t.host.empty() || t.host.find_first_of("[]@ ") != std::string::npos)
+    return InvalidArgument("--url: bad host in \"" + url + "\" (IPv4 address or name)");
+  return t;
+}
+
+httplib::Client MakeClient(const Target& t, double read_timeout_s, const std::string& api_key) {
+  httplib::Client c(t.host, t.port);
+  c.set_connection_timeout(10, 0);
+  const auto sec = static_cast<time_t>(read_timeout_s);
+  c.set_read_timeout(sec, static_cast<time_t>((read_timeout_s - static_cast<double>(sec)) * 1e6));
+  c.set_write_timeout(30, 0);
+  c.set_keep_alive(true);
+  c.set_tcp_nodelay(true);  // else Nagle and delayed ACKs add 40 ms to each request on a reused connection
+  if (!api_key.empty()) c.set_bearer_token_auth(api_key);
+  return c;
+}
+
+StatusOr<std::map<std::string, double>> Scrape(const Target& t) {
+  httplib::Client c(t.host, t.port);
+  c.set_connection_timeout(5, 0);
+  c.set_read_timeout(10, 0);
+  auto r = c.Get("/metrics");
+  if (!r) return Unavailable("GET " + t.Url() + "/metrics: " + httplib::to_string(r.error()));
+  if (r->status != 200) return Unavailable("GET /metrics: HTTP " + std::to_string(r->status));
+  return loadgen::ParsePrometheus(r->body);
+}
+
+// ---- A server this command starts -------------------------------------------------------
+
+class ServerProcess {
+ public:
+  ~ServerProcess() { Stop(); }
+
+  Status Start(const std::vector<std::string>& args, const fs::path& dir, double timeout_s, int instances) {
+    log_ = (dir / "serve.log").string();
+    const std::string port_file = (dir / "port").string();
+    std::vector<std::string> argv = args;
+    argv.insert(argv.end(), {"--port", "0", "--port-file", port_file});
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    const pid_t parent = getpid();
+    pid_ = fork();
+    if (pid_ < 0) return Internal("fork failed");
+    if (pid_ == 0) {
+      // Only async-signal-safe calls here. The server dies with us.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != parent) _exit(127);
+      const int in = open("/dev/null", O_RDONLY);
+      const int out = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (in >= 0) dup2(in, 0);
+      if (out >= 0) {
+        dup2(out, 1);
+        dup2(out, 2);
+      }
+      execv(cargv[0], cargv.data());
+      _exit(127);
+    }
+    const auto t0 = Clock::now();
+    while (Since(t0) < timeout_s) {
+      int st = 0;
+      if (waitpid(pid_, &st, WNOHANG) == pid_) {
+        pid_ = -1;
+        return Unavailable("the server exited while starting (" + Describe(st) + "); its log ends:\n" + LogTail());
+      }
+      if (target_.port == 0) {
+        std::ifstream f(port_file);
+        int port = 0;
+        if (f >> port && port > 0) target_ = Target{"127.0.0.1", port};
+      }
+      if (target_.port > 0) {
+        httplib::Client c(target_.host, target_.port);
+        c.set_connection_timeout(2, 0);
+        c.set_read_timeout(5, 0);
+        if (auto r = c.Get("/health"); r && r->status == 200) {
+          const json h = json::parse(r->body, nullptr, false);
+          if (h.is_object() && h.value("instances_up", 0) >= instances) return Status::Ok();
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return Unavailable("the server did not have " + std::to_string(instances) + " workers up within " +
+                       Fixed(timeout_s, 0) + " s; its log ends:\n" + LogTail());
+  }
+
+  // SIGTERM (the server drains), SIGKILL after 20 s.
+  void Stop() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    for (int i = 0; i < 400; ++i) {
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
+        pid_ = -1;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+  const Target& target() const { return target_; }
+
+  std::string LogTail(int lines = 20) const {
+    std::ifstream f(log_);
+    std::deque<std::string> last;
+    for (std::string l; std::getline(f, l);) {
+      last.push_back(l);
+      if (static_cast<int>(last.size()) > lines) last.pop_front();
+    }
+    std::string out;
+    for (const auto& l : last) out += "  " + l + "\n";
+    return out;
+  }
+
+ private:
+  static std::string Describe(int st) {
+    if (WIFEXITED(st)) return "exit code " + std::to_string(WEXITSTATUS(st));
+    if (WIFSIGNALED(st)) return "signal " + std::to_string(WTERMSIG(st));
+    return "status " + std::to_string(st);
+  }
+  pid_t pid_ = -1;
+  std::string log_;
+  Target target_;
+};
+
+// ---- One run: the plan against one server ----------------------------------------------
+
+struct RunSpec {
+  std::string label;   // policy name, or "server"
+  double rate = 0;     // 0: not a rate sweep (trace, workload)
+};
+
+struct RunResult {
+  RunSpec spec;
+  std::string url;
+  std::vector<loadgen::RequestResult> requests;
+  loadgen::Summary summary;
+  loadgen::Overhead overhead;
+  std::string overhead_error;
+  std::vector<loadgen::GaugeSample> gauges;
+  int64_t sends_all_busy = 0;  // requests due while every connection was busy
+  int connections = 0;
+};
+
+struct Context {
+  const BenchServeArgs* args = nullptr;
+  const std::vector<engine::TaskProblem>* problems = nullptr;
+  bool stderr_tty = false;
+};
+
+// Sequential requests before a run (not counted): the workers' first steps are slow.
+void Warmup(const Context& ctx, const Target& t) {
+  if (ctx.args->warmup <= 0) return;
+  httplib::Client c = MakeClient(t, ctx.args->timeout_s, ctx.args->api_key);
+  for (int i = 0; i < ctx.args->warmup; ++i) {
+    const auto& p = (*ctx.problems)[static_cast<size_t>(i) % ctx.problems->size()];
+    json b = {{"prompt", p.prompt}, {"slo_ms", 60000}};
+    if (ctx.args->max_tokens > 0) b["max_tokens"] = ctx.args->max_tokens;
+    (void)c.Post("/v1/completions", b.dump(), "application/json");
+  }
+}
+
+RunResult RunLoad(const Context& ctx, const Target& t, const RunSpec& spec,
+                  const std::vector<loadgen::PlannedRequest>& plan) {
+  const BenchServeArgs& a = *ctx.args;
+  RunResult out;
+  out.spec = spec;
+  out.url = t.Url();
+  out.requests.resize(plan.size());
+  Warmup(ctx, t);
+  auto before = Scrape(t);
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<size_t> queue;
+  bool closed = false;
+  std::atomic<int64_t> sent{0}, done{0}, ok{0}, met{0};
+  std::atomic<int> ready{0}, busy{0};
+  Clock::time_point t0;  // set once every connection thread waits, before the first send
+
+  auto worker = [&] {
+    httplib::Client c = MakeClient(t, a.timeout_s, a.api_key);
+    ++ready;
+    while (true) {
+      size_t i = 0;
+      {
+        std::unique_lock<std::mutex> l(mu);
+        cv.wait(l, [&] { return closed || !queue.empty(); });
+        if (queue.empty()) return;
+        i = queue.front();
+        queue.pop_front();
+        ++busy;
+      }
+      const loadgen::PlannedRequest& p = plan[i];
+      const engine::TaskProblem& prob = (*ctx.problems)[p.problem];
+      loadgen::RequestResult& r = out.requests[i];
+      r.id = p.id;
+      r.problem = p.problem;
+      r.task = prob.task;
+      r.planned_s = p.send_s;
+      r.slo_s = p.slo_s;
+      const std::string body = loadgen::RequestBody(p, prob.prompt, a.max_tokens).dump();
+      r.sent_s = Since(t0);
+      ++sent;
+      auto res = c.Post("/v1/completions", body, "application/json");
+      r.done_s = Since(t0);
+      // From the arrival time, not the send: a request that waited for a free connection
+      // waited in the system (no coordinated omission).
+      r.latency_s = r.done_s - r.planned_s;
+      if (res) {
+        loadgen::ReadResponse(res->status, res->body, prob.answer, &r);
+      } else {
+        loadgen::ReadResponse(0, "", prob.answer, &r);
+        r.error = httplib::to_string(res.error());
+      }
+      ok += r.outcome == "ok";
+      met += r.slo_met;
+      ++done;
+      --busy;
+    }
+  };
+  const size_t nthreads = std::min(plan.size(), static_cast<size_t>(a.connections));
+  out.connections = static_cast<int>(nthreads);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < nthreads; ++i) threads.emplace_back(worker);
+  while (ready.load() < static_cast<int>(nthreads)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  {
+    std::lock_guard<std::mutex> l(mu);
+    t0 = Clock::now();
+  }
+
+  // Progress on stderr, and the server's gauges for the timeline.
+  std::atomic<bool> finished{false};
+  std::mutex pmu;
+  std::condition_variable pcv;
+  const std::string tag = spec.label + (spec.rate > 0 ? " @ " + Fixed(spec.rate, 2) + " req/s" : "");
+  std::thread progress([&] {
+    int tick = 0;
+    while (true) {
+      {
+        std::unique_lock<std::mutex> l(pmu);
+        if (pcv.wait_for(l, std::chrono::seconds(1), [&] { return finished.load(); })) break;
+      }
+      ++tick;
+      if (!a.plots_dir.empty()) {
+        if (auto m = Scrape(t); m.ok()) {
+          loadgen::GaugeSample g;
+          g.t = Since(t0);
+          g.live = m->count("tediserve_live_requests") ? m->at("tediserve_live_requests") : 0;
+          g.waiting = m->count("tediserve_waiting_requests") ? m->at("tediserve_waiting_requests") : 0;
+          std::lock_guard<std::mutex> l(mu);
+          out.gauges.push_back(g);
+        }
+      }
+      if (a.quiet || (!ctx.stderr_tty && tick % 5 != 0)) continue;
+      const int64_t d = done.load();
+      std::ostringstream line;
+      line << "[" << tag << "] " << sent.load() << "/" << plan.size() << " sent, " << d << " done, "
+           << sent.load() - d << " in flight, attainment so far " << (d ? Pct(static_cast<double>(met.load()) / d) : "-")
+           << ", " << Fixed(Since(t0), 1) << " s";
+      if (ctx.stderr_tty) std::cerr << "\r\033[K" << line.str() << std::flush;
+      else std::cerr << line.str() << "\n";
+    }
+  });
+
+  for (size_t i = 0; i < plan.size(); ++i) {
+    std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(plan[i].send_s)));
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (busy.load() + static_cast<int>(queue.size()) >= static_cast<int>(nthreads)) ++out.sends_all_busy;
+      queue.push_back(i);
+    }
+    cv.notify_one();
+  }
+  {
+    std::lock_guard<std::mutex> l(mu);
+    closed = true;
+  }
+  cv.notify_all();
+  for (auto& th : threads) th.join();
+  finished = true;
+  pcv.notify_all();
+  progress.join();
+  if (!a.quiet && ctx.stderr_tty) std::cerr << "\r\033[K";
+
+  auto after = Scrape(t);
+  if (before.ok() && after.ok()) out.overhead = loadgen::OverheadBetween(*before, *after);
+  else out.overhead_error = (before.ok() ? after.status() : before.status()).message();
+  out.summary = loadgen::Summarize(out.requests);
+  if (!a.quiet) {
+    std::cerr << "[" << tag << "] " << out.summary.requests << " requests, attainment "
+              << Pct(out.summary.attainment) << ", accuracy " << Pct(out.summary.accuracy) << ", mean latency "
+              << Fixed(1000 * out.summary.latency_mean_s, 1) << " ms, " << Fixed(out.summary.wall_s, 1) << " s\n";
+  }
+  return out;
+}
+
+json RequestJson(const loadgen::RequestResult& r, const engine::TaskProblem& p) {
+  json j = {{"id", r.id},
+            {"problem", r.problem},
+            {"task", r.task},
+            {"prompt", p.prompt},
+            {"answer", p.answer},
+            {"planned_s", r.planned_s},
+            {"sent_s", r.sent_s},
+            {"latency_s", r.latency_s},
+            {"http_status", r.http_status},
+            {"outcome", r.outcome},
+            {"text", r.text},
+            {"correct", r.correct},
+            {"slo_s", r.slo_s},
+            {"slo_met", r.slo_met},
+            {"server_slo_met", r.server_slo_met},
+            {"server_latency_s", r.server_latency_s},
+            {"steps", r.steps},
+            {"mean_threshold", r.mean_threshold},
+            {"completion_tokens", r.completion_tokens},
+            {"migrations", r.migrations}};
+  if (!r.error.empty()) j["error"] = r.error;
+  return j;
+}
+
+void PrintTable(const std::vector<RunResult>& runs, double target) {
+  std::printf("\n%-16s %8s %6s %9s %9s %8s %8s %8s %8s %8s %9s %7s %7s %8s %7s %10s %7s\n", "policy", "rate", "reqs",
+              "attain", "(server)", "mean_ms", "p50_ms", "p90_ms", "p99_ms", "accuracy", "goodput/s", "thresh",
+              "req/s", "tok/s", "errors", "sched_ovh", "batch");
+  for (const auto& r : runs) {
+    const auto& s = r.summary;
+    const int64_t errors = s.requests - s.completed;
+    std::printf("%-16s %8s %6lld %9s %9s %8s %8s %8s %8s %8s %9s %7s %7s %8s %7lld %10s %7s\n", r.spec.label.c_str(),
+                r.spec.rate > 0 ? Fixed(r.spec.rate, 2).c_str() : "-", static_cast<long long>(s.requests),
+                Pct(s.attainment).c_str(), Pct(s.attainment_server).c_str(), Fixed(1000 * s.latency_mean_s, 1).c_str(),
+                Fixed(1000 * s.latency_p50_s, 1).c_str(), Fixed(1000 * s.latency_p90_s, 1).c_str(),
+                Fixed(1000 * s.latency_p99_s, 1).c_str(), Pct(s.accuracy).c_str(), Fixed(s.goodput_rps, 2).c_str(),
+                Fixed(s.mean_threshold, 3).c_str(), Fixed(s.throughput_rps, 2).c_str(), Fixed(s.tokens_per_s, 1).c_str(),
+                static_cast<long long>(errors), r.overhead.valid ? Pct(r.overhead.overhead).c_str() : "-",
+                r.overhead.valid ? Fixed(r.overhead.mean_batch, 1).c_str() : "-");
+  }
+  // Errors by kind, and the client's own delay, when they matter.
+  for (const auto& r : runs) {
+    std::string kinds;
+    for (const auto& [k, n] : r.summary.outcomes)
+      if (k != "ok") kinds += (kinds.empty() ? "" : ", ") + k + " " + std::to_string(n);
+    if (!kinds.empty()) std::printf("%s%s: failed requests: %s\n", r.spec.label.c_str(),
+                                    r.spec.rate > 0 ? (" @ " + Fixed(r.spec.rate, 2)).c_str() : "", kinds.c_str());
+    if (r.sends_all_busy > 0)
+      std::printf("%s: %lld requests were due while all %d connections were busy and went late (mean send lag "
+                  "%.1f ms, max %.1f ms): raise --connections\n",
+                  r.spec.label.c_str(), static_cast<long long>(r.sends_all_busy), r.connections,
+                  1000 * r.summary.send_lag_mean_s, 1000 * r.summary.send_lag_max_s);
+    else if (r.summary.send_lag_max_s > 0.05)
+      std::printf("%s: the client sent late (mean %.1f ms, max %.1f ms behind the arrival times) with connections "
+                  "free: this machine is busy\n",
+                  r.spec.label.c_str(), 1000 * r.summary.send_lag_mean_s, 1000 * r.summary.send_lag_max_s);
+  }
+  std::printf("\nScheduler overhead from /metrics (policy time per step batch / step time):\n");
+  for (const auto& r : runs) {
+    const auto& o = r.overhead;
+    const std::string tag = r.spec.label + (r.spec.rate > 0 ? " @ " + Fixed(r.spec.rate, 2) : "");
+    if (!o.valid) {
+      std::printf("  %-24s not available%s%s\n", tag.c_str(), r.overhead_error.empty() ? "" : ": ",
+                  r.overhead_error.c_str());
+      continue;
+    }
+    std::printf("  %-24s %.4f ms / %.3f ms = %.2f%% over %.0f batches, mean batch %.1f requests (%.0f%% of batches > 4, "
+                "%.0f%% > 8)\n",
+                tag.c_str(), o.policy_ms_per_step, o.step_ms, 100 * o.overhead, o.batches, o.mean_batch,
+                100 * o.batches_over_4, 100 * o.batches_over_8);
+  }
+  // Goodput: the highest rate each policy held at the target attainment.
+  std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> by_label;
+  std::vector<std::string> order;
+  for (const auto& r : runs) {
+    if (r.spec.rate <= 0) continue;
+    if (!by_label.count(r.spec.label)) order.push_back(r.spec.label);
+    by_label[r.spec.label].first.push_back(r.spec.rate);
+    by_label[r.spec.label].second.push_back(r.summary.attainment);
+  }
+  bool sweep = false;
+  for (const auto& [l, v] : by_label) sweep = sweep || v.first.size() > 1;
+  if (sweep) {
+    std::printf("\nGoodput (the highest rate with >= %.0f%% SLO attainment):\n", 100 * target);
+    for (const auto& l : order) {
+      auto g = loadgen::GoodputRate(by_label[l].first, by_label[l].second, target);
+      std::printf("  %-16s %s\n", l.c_str(), g ? (Fixed(*g, 2) + " req/s").c_str() : "none of the rates tried");
+    }
+  }
+  std::fflush(stdout);
+}
+
+Status WritePlots(const std::string& dir, const std::vector<RunResult>& runs, double window_s) {
+  std::string sweep = "policy,x,attainment,mean_latency_s,p50_latency_s,p99_latency_s,quality\n";
+  bool plotted_sweep = false;
+  std::set<double> rates;
+  for (const auto& r : runs) rates.insert(r.spec.rate);
+  for (const auto& r : runs) {
+    const std::string name = r.spec.label + (r.spec.rate > 0 ? "_r" + Fixed(r.spec.rate, 2) : "");
+    const fs::path sub = fs::path(dir) / name;
+    std::error_code ec;
+    fs::create_directories(sub, ec);
+    {
+      std::ofstream f(sub / "timeline.csv");
+      f << loadgen::TimelineCsv(r.requests, r.gauges, window_s);
+      if (!f) return IoError("cannot write " + (sub / "timeline.csv").string());
+    }
+    Status s = sim::PlotTimeline(sub.string(), "bench-serve: " + r.spec.label +
+                                                   (r.spec.rate > 0 ? " at " + Fixed(r.spec.rate, 2) + " req/s" : ""));
+    if (!s.ok()) return s;
+    if (r.spec.rate > 0 && rates.size() > 1) {
+      plotted_sweep = true;
+      const auto& m = r.summary;
+      auto c = [](double v) { return std::isfinite(v) ? std::to_string(v) : std::string("nan"); };
+      sweep += r.spec.label + "," + c(r.spec.rate) + "," + c(m.attainment) + "," + c(m.latency_mean_s) + "," +
+               c(m.latency_p50_s) + "," + c(m.latency_p99_s) + "," + c(m.accuracy) + "\n";
+    }
+  }
+  if (plotted_sweep) {
+    const std::string csv = (fs::path(dir) / "sweep.csv").string();
+    std::ofstream f(csv);
+    f << sweep;
+    f.close();
+    if (!f) return IoError("cannot write " + csv);
+    RETURN_IF_ERROR(sim::PlotSweep(csv, "request rate (req/s)", (fs::path(dir) / "sweep").string(),
+                                   "bench-serve: SLO attainment, latency and accuracy by rate"));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+CLI::App* AddBenchServeCommand(CLI::App& app, BenchServeArgs* a) {
+  a->model_dir = DefaultModelDir();
+  CLI::App* b = app.add_subcommand(
+      "bench-serve", "load generator: held-out prompts to a live server at a rate; attainment, latency, accuracy");
+  b->add_option("--url", a->url, "the server (default http://127.0.0.1:8000)");
+  b->add_option("--policies", a->policies,
+                "start `tediserve serve --policy P` for each, one run per policy and rate, and compare them")
+      ->delimiter(',');
+  b->add_option("--model", a->model_dir, "model folder: its held-out set, tokenizer, profile (default: the bundled model)");
+  b->add_option("--tasks", a->tasks, "JSONL of {prompt, answer[, task]} (default: MODEL/heldout.jsonl)");
+  b->add_option("--arrivals", a->arrivals, "poisson or gamma")->check(CLI::IsMember({"poisson", "gamma"}));
+  b->add_option("--rate", a->rates, "requests/s, one run each (burstgpt: the peak hour's)")
+      ->delimiter(',')
+      ->check(CLI::Range(1e-6, 1e6));
+  b->add_option("--cv", a->cv, "gamma: CV of the inter-arrival times")->check(CLI::Range(1e-3, 100.0));
+  b->add_option("--requests", a->requests, "send this many (trace, burstgpt, workload: at most)")
+      ->check(CLI::Range(int64_t{1}, loadgen::kMaxRequests));
+  b->add_option("--duration", a->duration_s, "seconds of arrivals (trace, burstgpt, workload: cut there)")
+      ->check(CLI::Range(1e-3, 1e7));
+  b->add_option("--trace", a->trace, "replay a simulator trace (CSV/JSONL: arrival_s, ..., slo_s, priority)");
+  b->add_option("--burstgpt", a->burstgpt, "BurstGPT hourly profile CSV (arrivals as the simulator's burstgpt)");
+  b->add_option("--minutes-per-hour", a->minutes_per_hour, "burstgpt: minutes each profile hour lasts")
+      ->check(CLI::Range(1e-3, 60.0));
+  b->add_option("--workload", a->workload, "the arrivals of a `tediserve simulate` config (its workload: and seed)");
+  b->add_option("--seed", a->seed, "arrival and prompt-order seed (the simulator's run seed; default 1)");
+  b->add_option("--slo-ms", a->slo_ms, "every request's SLO in ms (default: --slo-scale)")->check(CLI::Range(1e-3, 3.6e6));
+  b->add_option("--slo-scale", a->slo_scale, "SLO = this x the request's latency alone (0: send none) [10]")
+      ->check(CLI::Range(0.0, 1e6));
+  b->add_option("--profile", a->profile, "latency profile CSV for --slo-scale (default: the model's, as serve)");
+  b->add_option("--calibration", a->calibration, "calibration JSON for --slo-scale (default: the model's)");
+  b->add_option("--max-tokens", a->max_tokens, "max_tokens of every request (default: not sent, the model's)")
+      ->check(CLI::Range(1, engine::kMaxSeqLen));
+  b->add_option("--connections", a->connections, "client connections (threads) at most [512]")->check(CLI::Range(1, 4096));
+  b->add_option("--timeout", a->timeout_s, "seconds one request may take")->check(CLI::Range(0.1, 86400.0));
+  b->add_option("--warmup", a->warmup, "requests sent one by one before each run, not counted")
+      ->check(CLI::Range(0, 10000));
+  b->add_option("--goodput-target", a->goodput_target, "attainment the goodput rate must hold")
+      ->check(CLI::Range(0.0, 1.0));
+  b->add_option("--window", a->window_s, "timeline window in seconds (--plots)")->check(CLI::Range(1e-3, 3600.0));
+  b->add_option("--json", a->json_out, "write the runs (summaries, overhead, every request) as JSON here");
+  b->add_option("--plots", a->plots_dir, "write timeline and sweep CSVs and PNGs (gnuplot) in this folder");
+  b->add_option("--trace-out", a->trace_out, "write what was sent as a simulator trace (tediserve simulate)");
+  b->add_flag("--quiet", a->quiet, "no progress lines");
+  b->add_option("--api-key", a->api_key, "Bearer key of the server (or TEDISERVE_API_KEY)");
+  b->add_option("--layout", a->layout, "--policies: the servers' --layout (default: serve's)");
+  b->add_option("--cores", a->cores, "--policies: the servers' --cores (default: serve's)");
+  b->add_flag("--no-cache", a->no_cache, "--policies: servers without the KV cache (and SLOs priced so)");
+  b->add_option("--serve-arg", a->serve_args, "--policies: one more argument for the servers (repeat the flag)")
+      ->allow_extra_args(false);
+  b->add_option("--server-start-timeout", a->server_start_timeout_s, "--policies: seconds for a server to come up")
+      ->check(CLI::Range(1.0, 3600.0));
+  return b;
+}
+
+int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
+  signal(SIGPIPE, SIG_IGN);
+  BenchServeArgs a = a_in;
+  if (a.api_key.empty())
+    if (const char* k = std::getenv("TEDISERVE_API_KEY")) a.api_key = k;
+  // ---- Flags that go together.
+  const int files = !a.trace.empty() + !a.burstgpt.empty() + !a.workload.empty();
+  if (files > 1) return ReportError(InvalidArgument("give at most one of --trace, --burstgpt and --workload"));
+  if (!a.policies.empty() && cmd.count("--url"))
+    return ReportError(InvalidArgument("--url and --policies exclude each other (--policies starts its own servers)"));
+  if (a.policies.empty())
+    for (const char* f : {"--layout", "--cores", "--no-cache", "--serve-arg"})
+      if (cmd.count(f)) return ReportError(InvalidArgument(std::string(f) + " applies only with --policies"));
+  for (const auto& p : a.policies) {
+    auto named = policy::PolicyOptions::Named(p);
+    if (!named.ok()) return ReportError(named.status().WithContext("--policies"));
+  }
+  if (a.policies.size() > 64) return ReportError(InvalidArgument("--policies: at most 64"));
+  loadgen::ArrivalOptions ao;
+  ao.seed = a.seed;
+  ao.seed_given = cmd.count("--seed") > 0;
+  ao.requests = a.requests;
+  ao.duration_s = a.duration_s;
+  ao.cv = a.cv;
+  ao.minutes_per_hour = a.minutes_per_hour;
+  if (!a.trace.empty() || !a.workload.empty()) {
+    if (cmd.count("--arrivals") || cmd.count("--cv") || !a.rates.empty())
+      return ReportError(InvalidArgument(std::string(a.trace.empty() ? "--workload" : "--trace") +
+                                         " gives the arrivals: --arrivals, --rate and --cv do not apply"));
+    ao.type = a.trace.empty() ? "workload" : "trace";
+    ao.file = a.trace.empty() ? a.workload : a.trace;
+  } else if (!a.burstgpt.empty()) {
+    if (cmd.count("--arrivals") || cmd.count("--cv"))
+      return ReportError(InvalidArgument("--burstgpt gives the arrival process: --arrivals and --cv do not apply"));
+    ao.type = "burstgpt";
+    ao.file = a.burstgpt;
+  } else {
+    ao.type = a.arrivals;
+    if (a.rates.empty()) return ReportError(InvalidArgument("--rate is required (requests/s; a list sweeps)"));
+    if ((a.requests > 0) == (a.duration_s > 0))
+      return ReportError(InvalidArgument("give exactly one of --requests and --duration"));
+    if (ao.type != "gamma" && cmd.count("--cv")) return ReportError(InvalidArgument("--cv applies to --arrivals gamma"));
+  }
+  if (!a.burstgpt.empty() && a.rates.empty())
+    return ReportError(InvalidArgument("--burstgpt needs --rate (the peak hour's requests/s)"));
+  if (cmd.count("--minutes-per-hour") && a.burstgpt.empty())
+    return ReportError(InvalidArgument("--minutes-per-hour applies to --burstgpt"));
+  if (cmd.count("--slo-ms") && cmd.count("--slo-scale"))
+    return ReportError(InvalidArgument("give one of --slo-ms and --slo-scale"));
+  if (a.rates.size() > 64) return ReportError(InvalidArgument("--rate: at most 64 rates"));
+
+  Target target;
+  if (a.policies.empty()) {
+    auto t = ParseUrl(a.url.empty() ? "http://127.0.0.1:8000" : a.url);
+    if (!t.ok()) return ReportError(t.status());
+    target = *t;
+  }
+
+  // ---- The model: held-out problems, lengths, the inputs of the latency alone.
+  if (!fs::is_directory(a.model_dir)) return ReportError(NotFound("--model " + a.model_dir + ": no such folder"));
+  auto tok = engine::Tokenizer::FromFile((fs::path(a.model_dir) / "tokenizer.json").string());
+  if (!tok.ok()) return ReportError(tok.status().WithContext("--model"));
+  const std::string tasks = a.tasks.empty() ? (fs::path(a.model_dir) / "heldout.jsonl").string() : a.tasks;
+  auto problems = engine::ReadTaskFile(tasks, *tok);
+  if (!problems.ok()) return ReportError(problems.status().WithContext("--tasks"));
+  auto defaults = engine::LoadGenerationDefaults(a.model_dir);
+  if (!defaults.ok()) return ReportError(defaults.status().WithContext("--model"));
+  int output_len = defaults->gen_length;
+  if (a.max_tokens > 0)
+    output_len = (a.max_tokens + defaults->block_size - 1) / defaults->block_size * defaults->block_size;
+
+  loadgen::SloOptions so;
+  so.fixed_ms = a.slo_ms;
+  so.scale = a.slo_ms > 0 ? 0 : a.slo_scale;
+  so.block_size = defaults->block_size;
+  so.cache = !a.no_cache;
+  policy::LatencyProfile profile;
+  if (so.scale > 0) {
+    const std::string prof_path =
+        a.profile.empty() ? ModelFile(a.model_dir, "latency_profile.csv", "profiles", "-cpu.csv") : a.profile;
+    auto prof = policy::LatencyProfile::LoadCsv(prof_path);
+    if (!prof.ok()) return ReportError(prof.status().WithContext("--slo-scale needs a latency profile (--profile)"));
+    profile = std::move(prof).value();
+    const std::string cal_path =
+        a.calibration.empty() ? ModelFile(a.model_dir, "calibration.json", "calibrations", ".json") : a.calibration;
+    auto cal = sim::LoadCalibration(cal_path);
+    if (!cal.ok()) return ReportError(cal.status().WithContext("--slo-scale needs a calibration (--calibration)"));
+    if (!a.layout.empty()) {
+      auto l = IntList(a.layout, "--layout");
+      if (!l.ok()) return ReportError(l.status());
+      if (!l->empty()) so.solo_tp = std::max(1, *std::min_element(l->begin(), l->end()));
+    }
+    if (!profile.HasTp(so.solo_tp))
+      return ReportError(InvalidArgument("the latency profile has no TP " + std::to_string(so.solo_tp) + " column"));
+    // As the server prices a request alone: the policy's top threshold.
+    so.tokens_per_step = cal->TokensPerStepAt(policy::PolicyOptions{}.thresholds.front());
+    so.profile = &profile;
+  }
+
+  // ---- The runs: one plan per rate (identical for every policy).
+  std::vector<double> rates = a.rates;
+  if (rates.empty()) rates.push_back(0);
+  struct Planned {
+    double rate;
+    std::vector<loadgen::PlannedRequest> plan;
+  };
+  std::vector<Planned> plans;
+  for (double rate : rates) {
+    loadgen::ArrivalOptions o = ao;
+    o.rate = rate;
+    auto arr = loadgen::Arrivals(o);
+    if (!arr.ok()) return ReportError(arr.status());
+    auto plan = loadgen::Plan(*arr, *problems, output_len, so, a.seed);
+    if (!plan.ok()) return ReportError(plan.status());
+    plans.push_back({rate, std::move(plan).value()});
+  }
+  if (!a.trace_out.empty()) {
+    // One file per rate: NAME_rRATE.EXT when there are several.
+    const fs::path t(a.trace_out);
+    for (const auto& p : plans) {
+      const std::string out = plans.size() == 1 ? a.trace_out
+                                                : (t.parent_path() / (t.stem().string() + "_r" + Fixed(p.rate, 2) +
+                                                                      t.extension().string()))
+                                                      .string();
+      Status s = sim::WriteTrace(out, loadgen::AsTrace(p.plan));
+      if (!s.ok()) return ReportError(s.WithContext("--trace-out"));
+    }
+  }
+  if (!a.plots_dir.empty()) {
+    std::error_code ec;
+    fs::create_directories(a.plots_dir, ec);
+    if (ec) return ReportError(IoError("--plots " + a.plots_dir + ": " + ec.message()));
+  }
+
+  Context ctx;
+  ctx.args = &a;
+  ctx.problems = &*problems;
+  ctx.stderr_tty = isatty(2);
+  std::vector<RunResult> runs;
+  TempDir tmp("tedi_bench_serve");
+  if (a.policies.empty()) {
+    {
+      httplib::Client c(target.host, target.port);
+      c.set_connection_timeout(5, 0);
+      c.set_read_timeout(10, 0);
+      auto h = c.Get("/health");
+      if (!h) return ReportError(Unavailable("cannot reach " + target.Url() + ": " + httplib::to_string(h.error()) +
+                                             " (start `tediserve serve`, or give --url or --policies)"));
+      if (h->status != 200)
+        return ReportError(Unavailable(target.Url() + "/health answers HTTP " + std::to_string(h->status) + ": " +
+                                       h->body.substr(0, 200)));
+    }
+    for (const auto& p : plans) runs.push_back(RunLoad(ctx, target, {"server", p.rate}, p.plan));
+  } else {
+    int instances = 0;
+    if (!a.layout.empty()) {
+      auto l = IntList(a.layout, "--layout");
+      if (!l.ok()) return ReportError(l.status());
+      instances = static_cast<int>(l->size());
+    } else if (!a.cores.empty()) {
+      auto c = IntList(a.cores, "--cores");
+      if (!c.ok()) return ReportError(c.status());
+      instances = static_cast<int>(c->size());
+    } else {
+      instances = std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+    }
+    for (const auto& p : plans) {
+      for (const auto& pol : a.policies) {
+        RunSpec spec{pol, p.rate};
+        const std::string name = pol + (p.rate > 0 ? "_r" + Fixed(p.rate, 2) : "");
+        const fs::path dir = a.plots_dir.empty() ? tmp.path() / name : fs::path(a.plots_dir) / name;
+        std::error_code ec;
+        fs::create_directories(dir, ec);
+        std::vector<std::string> args = {serve::SelfExe(), "serve", "--policy", pol, "--model", a.model_dir};
+        if (!a.layout.empty()) args.insert(args.end(), {"--layout", a.layout});
+        if (!a.cores.empty()) args.insert(args.end(), {"--cores", a.cores});
+        if (a.no_cache) args.push_back("--no-cache");
+        if (a.profile.size()) args.insert(args.end(), {"--profile", a.profile});
+        if (a.calibration.size()) args.insert(args.end(), {"--calibration", a.calibration});
+        if (!a.api_key.empty()) args.insert(args.end(), {"--api-key", a.api_key});
+        args.insert(args.end(), a.serve_args.begin(), a.serve_args.end());
+        if (!a.quiet) std::cerr << "[" << pol << "] starting tediserve serve --policy " << pol << "\n";
+        ServerProcess server;
+        Status s = server.Start(args, dir, a.server_start_timeout_s, instances);
+        if (!s.ok()) return ReportError(s.WithContext("--policies " + pol));
+        runs.push_back(RunLoad(ctx, server.target(), spec, p.plan));
+        server.Stop();
+      }
+    }
+  }
+
+  PrintTable(runs, a.goodput_target);
+  if (!a.plots_dir.empty()) {
+    Status s = WritePlots(a.plots_dir, runs, a.window_s);
+    if (s.code() == StatusCode::kFailedPrecondition) std::cerr << "warning: no plots: " << s.message() << "\n";
+    else if (!s.ok()) return ReportError(s.WithContext("--plots"));
+  }
+  if (!a.json_out.empty()) {
+    json j;
+    j["model"] = fs::path(a.model_dir).lexically_normal().filename().string();
+    j["tasks"] = tasks;
+    j["seed"] = a.seed;
+    j["arrivals"] = {{"type", ao.type}, {"file", ao.file}, {"cv", ao.cv}, {"requests", ao.requests},
+                     {"duration_s", ao.duration_s}};
+    j["slo"] = {{"fixed_ms", so.fixed_ms}, {"scale", so.scale}};
+    j["output_len"] = output_len;
+    j["goodput_target"] = a.goodput_target;
+    j["runs"] = json::array();
+    std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> sweep;
+    for (const auto& r : runs) {
+      json rj = {{"policy", r.spec.label}, {"rate", r.spec.rate > 0 ? json(r.spec.rate) : json(nullptr)},
+                 {"url", r.url}, {"summary", loadgen::ToJson(r.summary)}, {"overhead", loadgen::ToJson(r.overhead)},
+                 {"connections", r.connections}, {"sends_all_busy", r.sends_all_busy}};
+      json reqs = json::array();
+      for (const auto& q : r.requests) reqs.push_back(RequestJson(q, (*problems)[q.problem]));
+      rj["requests"] = std::move(reqs);
+      j["runs"].push_back(std::move(rj));
+      if (r.spec.rate > 0) {
+        sweep[r.spec.label].first.push_back(r.spec.rate);
+        sweep[r.spec.label].second.push_back(r.summary.attainment);
+      }
+    }
+    json g = json::object();
+    for (const auto& [label, v] : sweep) {
+      auto rate = loadgen::GoodputRate(v.first, v.second, a.goodput_target);
+      g[label] = rate ? json(*rate) : json(nullptr);
+    }
+    j["goodput_rate"] = g;
+    std::ofstream f(a.json_out);
+    f << j.dump(1) << "\n";
+    f.close();
+    if (!f) return ReportError(IoError("--json: cannot write " + a.json_out));
+  }
+  return 0;
+}
+
+}  // namespace tediserve::cli

@@ -1,0 +1,54 @@
+// `tediserve bench-serve`: the load generator of the serving runtime (docs/design.md section 5,
+// "Load generator"). Sends the model's held-out problems to a running server's
+// /v1/completions at Poisson or Gamma arrivals, a BurstGPT profile, a trace or a simulator
+// workload, grades every answer, and reports SLO attainment, goodput, latency percentiles,
+// accuracy, throughput and the scheduler's overhead from /metrics; with --policies it starts
+// `tediserve serve` once per policy and rate itself and compares them on identical arrivals.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace tediserve::cli {
+
+struct BenchServeArgs {
+  std::string url;                   // a running server (default http://127.0.0.1:8000)
+  std::vector<std::string> policies; // start one server per policy (and rate) instead
+  std::string model_dir;
+  std::string tasks;                 // default MODEL/heldout.jsonl
+  std::string arrivals = "poisson";  // poisson | gamma
+  std::vector<double> rates;
+  double cv = 1;
+  int64_t requests = 0;
+  double duration_s = 0;
+  std::string trace, burstgpt, workload;
+  double minutes_per_hour = 5;
+  uint64_t seed = 1;
+  double slo_ms = 0;
+  double slo_scale = 10;
+  std::string profile, calibration;
+  int max_tokens = 0;
+  int connections = 512;          // serve's --http-threads default
+  double timeout_s = 120;
+  int warmup = 8;
+  double goodput_target = 0.9;
+  double window_s = 1;
+  std::string json_out, plots_dir, trace_out;
+  bool quiet = false;
+  std::string api_key;
+  // Servers started with --policies.
+  std::string layout, cores;
+  bool no_cache = false;
+  std::vector<std::string> serve_args;
+  double server_start_timeout_s = 180;
+};
+
+CLI::App* AddBenchServeCommand(CLI::App& app, BenchServeArgs* args);
+int RunBenchServe(const CLI::App& command, const BenchServeArgs& args);
+
+}  // namespace tediserve::cli
