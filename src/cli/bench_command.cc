@@ -3,15 +3,19 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <random>
+#include <tuple>
 
 #include "cli/commands.h"
 #include "cli/model_setup.h"
 #include "engine/decoder.h"
+#include "engine/float16.h"
 
 namespace tediserve::cli {
 namespace {
@@ -110,9 +114,268 @@ double SgemmRate(const std::vector<engine::Transformer::GemmShape>& shapes, int 
   return flops / Median(times) / 1e9;
 }
 
+// This process's memory from /proc/self/status, in bytes (0 where unreadable).
+struct Rss {
+  uint64_t rss = 0, anon = 0, file = 0, peak = 0;
+};
+Rss ReadRss() {
+  Rss r;
+  std::ifstream f("/proc/self/status");
+  std::string key;
+  uint64_t kb = 0;
+  while (f >> key) {
+    if (key == "VmRSS:" && f >> kb) r.rss = kb << 10;
+    else if (key == "RssAnon:" && f >> kb) r.anon = kb << 10;
+    else if (key == "RssFile:" && f >> kb) r.file = kb << 10;
+    else if (key == "VmHWM:" && f >> kb) r.peak = kb << 10;
+  }
+  return r;
+}
+
+std::string GiB(uint64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f GiB", b / double(1 << 30));
+  return buf;
+}
+
+// CPU seconds this process has used (all threads).
+double CpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// A rate measured two ways: per wall-clock second, and per CPU second of this process (on a
+// machine shared with other work the wall rate falls with the CPU share we get; the CPU rate
+// is what the code achieves while it runs).
+struct Rate {
+  double wall = 0, cpu = 0;  // GFLOP/s
+};
+
+// GFLOP/s of single-threaded GEMMs C = A * B^T over the distinct shapes of a step, each
+// weighted by how often the step runs it, best of `reps` per shape: with fp32 B (plain
+// cblas_sgemm: the peak the engine's GEMMs could reach), or with B a bf16 matrix run through
+// Transformer::GemmBlock (the engine's mapped-layout GEMM: panels converted, then sgemm).
+Rate GemmRate(const std::vector<engine::Transformer::GemmShape>& shapes, int reps, bool bf16) {
+  std::map<std::tuple<int, int, int>, int> count;
+  for (const auto& s : shapes) ++count[{s.m, s.n, s.k}];
+  double flops = 0, wall = 0, cpu = 0;
+  std::vector<float> scratch;
+  for (const auto& [shape, n] : count) {
+    const auto [m, full_n, k] = shape;
+    // The LM head's [vocab x d] would add GBs to this process's peak memory next to the model;
+    // its rate is measured on a slice of at most 32M weights (the same m and k).
+    const int nn = std::min(full_n, std::max(16, static_cast<int>((int64_t{32} << 20) / k)));
+    std::vector<float> A(static_cast<size_t>(m) * k, 0.01f), B, C(static_cast<size_t>(m) * nn);
+    std::vector<uint16_t> B16;
+    engine::Matrix W;
+    W.rows = nn;
+    W.cols = k;
+    if (bf16) {
+      B16.assign(static_cast<size_t>(nn) * k, engine::FloatToBf16(0.02f));
+      W.mapped = B16.data();
+      W.type = engine::WeightType::kBF16;
+    } else {
+      B.assign(static_cast<size_t>(nn) * k, 0.02f);
+    }
+    double best_wall = 1e300, best_cpu = 1e300;
+    for (int rep = 0; rep < reps; ++rep) {
+      const double c0 = CpuSeconds();
+      auto t0 = Clock::now();
+      if (bf16)
+        engine::Transformer::GemmBlock(m, A.data(), k, {&W, 0, nn, 0, k}, 0.0f, C.data(), nn, &scratch);
+      else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nn, k, 1.0f, A.data(), k, B.data(), k, 0.0f, C.data(),
+                    nn);
+      best_wall = std::min(best_wall, std::chrono::duration<double>(Clock::now() - t0).count());
+      best_cpu = std::min(best_cpu, CpuSeconds() - c0);
+    }
+    flops += 2.0 * m * nn * k * n;
+    wall += best_wall * n;
+    cpu += best_cpu * n;
+  }
+  return {flops / wall / 1e9, flops / std::max(cpu, 1e-9) / 1e9};
+}
+
+int RunLargeBench(const BenchArgs& a) {
+  const auto t0 = Clock::now();
+  auto loaded = engine::LoadModel(a.engine.model_dir);
+  if (!loaded.ok()) return ReportError(loaded.status());
+  const double load_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  auto model = std::make_shared<const engine::LoadedModel>(std::move(loaded).value());
+  const auto& c = model->config;
+  const engine::WeightLayout layout = a.layout == "packed"   ? engine::WeightLayout::kPacked
+                                      : a.layout == "mapped" ? engine::WeightLayout::kMapped
+                                                             : engine::WeightLayout::kAuto;
+  const auto t1 = Clock::now();
+  auto eng = engine::DiffusionEngine::Create(model, a.engine.tp, layout);
+  if (!eng.ok()) return ReportError(eng.status());
+  const double create_s = std::chrono::duration<double>(Clock::now() - t1).count();
+  const Rss after_load = ReadRss();
+
+  auto lengths = ResolveLengths(a.engine.gen_length, a.engine.block_size, model->generation.gen_length,
+                                model->generation.block_size);
+  if (!lengths.ok()) return ReportError(lengths.status());
+  const int gen = lengths->gen_length, block = lengths->block_size;
+  const int prompt_len = a.step_tokens - gen;
+  if (prompt_len < 1 || gen % block != 0 || a.step_tokens > c.max_seq_len) {
+    std::cerr << "error: --step-tokens " << a.step_tokens << " must exceed the gen length " << gen
+              << ", fit the context of " << c.max_seq_len << ", and the gen length must be a multiple of the block size "
+              << block << "\n";
+    return 2;
+  }
+  if (Status s = CheckBatchFits(*model, 1, a.step_tokens, "--step-tokens"); !s.ok()) return ReportError(s);
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int> tok(0, c.vocab_size - 1);
+  std::vector<int32_t> prompt(prompt_len);
+  for (auto& t : prompt) {
+    do t = tok(rng);
+    while (t == c.mask_token_id || c.IsEos(t));
+  }
+
+  std::printf("bench --large: %s, %s layout, TP %d; d_model %d, %d layers, %d heads (%d kv), mlp %d, vocab %d\n",
+              a.engine.model_dir.c_str(), engine::WeightLayoutName((*eng)->transformer().layout()), a.engine.tp,
+              c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.mlp_hidden, c.vocab_size);
+  std::printf("[load] %.2f s (config, shard headers, %zu shard(s) mapped), engine %.2f s; weights %s mapped + %s owned"
+              " + %s packed\n",
+              load_s, model->files.size(), create_s, GiB(model->mapped_bytes).c_str(), GiB(model->owned_bytes).c_str(),
+              GiB((*eng)->transformer().packed_bytes()).c_str());
+  std::printf("[rss after load] %s (anon %s, file %s)\n", GiB(after_load.rss).c_str(), GiB(after_load.anon).c_str(),
+              GiB(after_load.file).c_str());
+  std::printf("request: prompt %d + gen %d = %d tokens, block %d\n", prompt_len, gen, a.step_tokens, block);
+  std::fflush(stdout);
+
+  nlohmann::json out = {{"model_dir", a.engine.model_dir},
+                        {"layout", engine::WeightLayoutName((*eng)->transformer().layout())},
+                        {"tp", a.engine.tp},
+                        {"load_s", load_s},
+                        {"engine_create_s", create_s},
+                        {"mapped_bytes", model->mapped_bytes},
+                        {"owned_bytes", model->owned_bytes},
+                        {"rss_after_load", after_load.rss},
+                        {"step_tokens", a.step_tokens},
+                        {"gen_length", gen},
+                        {"block_size", block}};
+  std::vector<double> rec_ms, cache_ms, rec_cpu_ms, cache_cpu_ms;
+  double rec_flops = 0, cache_flops = 0;
+  int64_t rec_tokens = 0, cache_tokens = 0, rec_logit_rows = gen;
+  for (int rep = 0; rep < a.recompute_reps; ++rep) {
+    engine::DecodeOptions o{gen, block, true, false, 0.0f, 0};
+    auto state = (*eng)->NewRequest(rep, prompt, o);
+    if (!state.ok()) return ReportError(state.status());
+    std::vector<engine::StepRequest> req{{state->get(), 1.0f}};  // one token per step: the block stays open
+    std::vector<engine::StepResult> results;
+    engine::BatchStats bs;
+    auto s0 = Clock::now();
+    double c0 = CpuSeconds();
+    if (Status st = (*eng)->Step(req, &results, &bs); !st.ok()) return ReportError(st);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - s0).count();
+    const double cpu_ms = (CpuSeconds() - c0) * 1e3;
+    rec_ms.push_back(ms);
+    rec_cpu_ms.push_back(cpu_ms);
+    rec_flops = bs.gemm_flops + bs.attention_flops;
+    rec_tokens = bs.tokens;
+    std::printf("[recompute %d%s] %lld tokens: %.1f ms wall, %.1f ms CPU; %.1f GFLOP/s wall, %.1f per CPU second\n", rep,
+                rep == 0 ? ", cold" : "", static_cast<long long>(bs.tokens), ms, cpu_ms, rec_flops / ms / 1e6,
+                rec_flops / cpu_ms / 1e6);
+    std::fflush(stdout);
+    for (int k = 0; k < a.cache_reps && !state.value()->done(); ++k) {
+      s0 = Clock::now();
+      c0 = CpuSeconds();
+      if (Status st = (*eng)->Step(req, &results, &bs); !st.ok()) return ReportError(st);
+      const double cms = std::chrono::duration<double, std::milli>(Clock::now() - s0).count();
+      const double ccpu = (CpuSeconds() - c0) * 1e3;
+      cache_ms.push_back(cms);
+      cache_cpu_ms.push_back(ccpu);
+      cache_flops = bs.gemm_flops + bs.attention_flops;
+      cache_tokens = bs.tokens;
+      std::printf("[cache %d.%d] %lld tokens: %.1f ms wall, %.1f ms CPU; %.1f GFLOP/s wall, %.1f per CPU second\n", rep,
+                  k, static_cast<long long>(bs.tokens), cms, ccpu, cache_flops / cms / 1e6, cache_flops / ccpu / 1e6);
+      std::fflush(stdout);
+    }
+  }
+  const Rss after_steps = ReadRss();
+  // The warm recompute latency: the median of the steps after the first (cold) one.
+  auto warm = [](const std::vector<double>& v) {
+    return v.size() > 1 ? Median(std::vector<double>(v.begin() + 1, v.end())) : v[0];
+  };
+  const double rec_warm = warm(rec_ms), rec_warm_cpu = warm(rec_cpu_ms);
+  const double cache_med = cache_ms.empty() ? 0.0 : Median(cache_ms);
+  const double cache_med_cpu = cache_cpu_ms.empty() ? 0.0 : Median(cache_cpu_ms);
+
+  // The GEMM peak on the same shapes, per shard (TP shards run side by side on their own
+  // cores, so one shard's GEMMs at full speed on each core is the ceiling): plain fp32 sgemm,
+  // and the bf16 panel GEMM the mapped layout runs.
+  const int tp = a.engine.tp;
+  const auto rec_shapes =
+      engine::Transformer::GemmShapesFor(c, tp, static_cast<int>(rec_tokens), static_cast<int>(rec_logit_rows));
+  const auto cache_shapes = engine::Transformer::GemmShapesFor(c, tp, static_cast<int>(std::max<int64_t>(cache_tokens, 1)), block);
+  std::printf("\n[gemm peak] measuring sgemm and the bf16 panel GEMM on the steps' shapes...\n");
+  std::fflush(stdout);
+  const Rate sgemm_rec = GemmRate(rec_shapes, 2, false), bf16_rec = GemmRate(rec_shapes, 2, true);
+  const Rate sgemm_cache = GemmRate(cache_shapes, 3, false), bf16_cache = GemmRate(cache_shapes, 3, true);
+  std::printf("recompute shapes (M = %lld): sgemm %.1f GFLOP/s wall, %.1f per CPU second; bf16 panel GEMM %.1f / %.1f\n",
+              static_cast<long long>(rec_tokens), sgemm_rec.wall, sgemm_rec.cpu, bf16_rec.wall, bf16_rec.cpu);
+  std::printf("cache shapes (M = %lld): sgemm %.1f GFLOP/s wall, %.1f per CPU second; bf16 panel GEMM %.1f / %.1f\n",
+              static_cast<long long>(cache_tokens), sgemm_cache.wall, sgemm_cache.cpu, bf16_cache.wall, bf16_cache.cpu);
+
+  const double rec_rate = rec_flops / rec_warm / 1e6, rec_rate_cpu = rec_flops / rec_warm_cpu / 1e6;
+  const double cache_rate = cache_ms.empty() ? 0 : cache_flops / cache_med / 1e6;
+  const double cache_rate_cpu = cache_ms.empty() ? 0 : cache_flops / cache_med_cpu / 1e6;
+  std::printf("\n[summary]\n");
+  std::printf("load: %.2f s; RSS after load %s, after steps %s (anon %s, file %s), peak %s\n", load_s + create_s,
+              GiB(after_load.rss).c_str(), GiB(after_steps.rss).c_str(), GiB(after_steps.anon).c_str(),
+              GiB(after_steps.file).c_str(), GiB(after_steps.peak).c_str());
+  std::printf("recompute step (%lld tokens): cold %.1f ms, warm %.1f ms wall (%.1f ms CPU); %.1f GFLOP/s wall = %.1f%% "
+              "of the sgemm peak (%.1f x %d core(s)); per CPU second %.1f = %.1f%% of sgemm's %.1f\n",
+              static_cast<long long>(rec_tokens), rec_ms[0], rec_warm, rec_warm_cpu, rec_rate,
+              100.0 * rec_rate / (sgemm_rec.wall * tp), sgemm_rec.wall, tp, rec_rate_cpu,
+              100.0 * rec_rate_cpu / sgemm_rec.cpu, sgemm_rec.cpu);
+  if (!cache_ms.empty())
+    std::printf("cache step (%lld tokens): %.1f ms wall (%.1f ms CPU; median of %zu); %.1f GFLOP/s wall = %.1f%% of the "
+                "sgemm peak (%.1f x %d core(s)); per CPU second %.1f = %.1f%% of sgemm's %.1f\n",
+                static_cast<long long>(cache_tokens), cache_med, cache_med_cpu, cache_ms.size(), cache_rate,
+                100.0 * cache_rate / (sgemm_cache.wall * tp), sgemm_cache.wall, tp, cache_rate_cpu,
+                100.0 * cache_rate_cpu / sgemm_cache.cpu, sgemm_cache.cpu);
+  out["recompute_ms"] = rec_ms;
+  out["recompute_cpu_ms"] = rec_cpu_ms;
+  out["recompute_warm_ms"] = rec_warm;
+  out["recompute_tokens"] = rec_tokens;
+  out["recompute_gflops"] = rec_rate;
+  out["recompute_gflops_per_cpu_s"] = rec_rate_cpu;
+  out["sgemm_recompute_shapes"] = {{"wall_gflops", sgemm_rec.wall}, {"cpu_gflops", sgemm_rec.cpu}};
+  out["bf16_gemm_recompute_shapes"] = {{"wall_gflops", bf16_rec.wall}, {"cpu_gflops", bf16_rec.cpu}};
+  out["recompute_fraction_of_peak"] = rec_rate / (sgemm_rec.wall * tp);
+  out["recompute_fraction_of_peak_cpu"] = rec_rate_cpu / sgemm_rec.cpu;
+  out["cache_ms"] = cache_ms;
+  out["cache_cpu_ms"] = cache_cpu_ms;
+  out["cache_median_ms"] = cache_med;
+  out["cache_tokens"] = cache_tokens;
+  out["cache_gflops"] = cache_rate;
+  out["cache_gflops_per_cpu_s"] = cache_rate_cpu;
+  out["sgemm_cache_shapes"] = {{"wall_gflops", sgemm_cache.wall}, {"cpu_gflops", sgemm_cache.cpu}};
+  out["bf16_gemm_cache_shapes"] = {{"wall_gflops", bf16_cache.wall}, {"cpu_gflops", bf16_cache.cpu}};
+  out["cache_fraction_of_peak"] = cache_ms.empty() ? 0.0 : cache_rate / (sgemm_cache.wall * tp);
+  out["cache_fraction_of_peak_cpu"] = cache_ms.empty() ? 0.0 : cache_rate_cpu / sgemm_cache.cpu;
+  out["rss_after_steps"] = after_steps.rss;
+  out["rss_anon_after_steps"] = after_steps.anon;
+  out["rss_file_after_steps"] = after_steps.file;
+  out["rss_peak"] = after_steps.peak;
+  if (!a.json_out.empty()) {
+    std::ofstream f(a.json_out);
+    f << out.dump(1) << "\n";
+    if (!f) {
+      std::cerr << "error: cannot write " << a.json_out << "\n";
+      return 1;
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int RunBench(const BenchArgs& a) {
+  if (a.large) return RunLargeBench(a);
   if (a.reps < 1 || a.reps > 1000 || a.prompt_length < 1 || a.prompt_length > engine::kMaxSeqLen ||
       a.batches.empty()) {
     std::cerr << "error: --reps must be in [1, 1000], --prompt-length in [1, " << engine::kMaxSeqLen
@@ -146,7 +409,7 @@ int RunBench(const BenchArgs& a) {
     const int64_t S64 = int64_t{a.prompt_length} + gen;
     int64_t biggest = std::max<int64_t>(16, (1024 + S64 - 1) / S64);
     for (int b : a.batches) biggest = std::max<int64_t>(biggest, b);
-    if (Status s = CheckBatchFits(c, biggest, S64, "--batches / --prompt-length / --gen-length"); !s.ok())
+    if (Status s = CheckBatchFits(*bundle->model, biggest, S64, "--batches / --prompt-length / --gen-length"); !s.ok())
       return ReportError(s);
   }
   Bench bench(*bundle, a, gen, block);

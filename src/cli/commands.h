@@ -47,6 +47,14 @@ struct BenchArgs {
   int prompt_length = 24;
   int reps = 5;
   std::string json_out;
+  // --large: the benchmark for checkpoints at real scale (no tokenizer needed): load time and
+  // resident memory, `step_tokens`-token recompute steps and cache steps of one request, and
+  // the sgemm rate of the same GEMM shapes measured in the same run.
+  bool large = false;
+  int step_tokens = 1024;
+  int recompute_reps = 2;  // recompute steps (the first one is cold: weights paged in)
+  int cache_reps = 3;      // cache steps after each recompute step
+  std::string layout = "auto";  // auto | packed | mapped
 };
 int RunBench(const BenchArgs& args);
 

@@ -47,7 +47,7 @@ int RunEval(const EvalArgs& a) {
       return ReportError(OutOfRange(SanitizeUtf8(tasks) + ": the longest prompt (" + std::to_string(longest) +
                                     " tokens) + gen length " + std::to_string(lengths->gen_length) +
                                     " exceeds the model's context of " + std::to_string(c.max_seq_len)));
-    if (Status s = CheckBatchFits(c, static_cast<int64_t>(problems->size()),
+    if (Status s = CheckBatchFits(*bundle->model, static_cast<int64_t>(problems->size()),
                                   static_cast<int64_t>(longest) + lengths->gen_length, "--tasks / --limit");
         !s.ok())
       return ReportError(s);

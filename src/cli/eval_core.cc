@@ -35,7 +35,7 @@ StatusOr<EvalRow> RunEvalRow(engine::DiffusionEngine& engine, const engine::Toke
   int correct = 0;
   const int32_t eos = engine.config().eos_token_id;
   for (size_t i = 0; i < problems.size(); ++i) {
-    std::string ans = tokenizer.Decode(states[i]->output_tokens(), eos);
+    std::string ans = tokenizer.Decode(engine::UntilEos(states[i]->output_tokens(), engine.config()), eos);
     const bool ok = engine::IsCorrectAnswer(ans, problems[i].answer);
     correct += ok;
     auto& pt = row.per_task[problems[i].task];

@@ -23,7 +23,7 @@ int RunGenerate(const GenerateArgs& a) {
   auto lengths = ResolveLengths(a.engine.gen_length, a.engine.block_size, bundle->default_gen_length,
                                 bundle->default_block_size);
   if (!lengths.ok()) return ReportError(lengths.status());
-  if (Status s = CheckBatchFits(bundle->model->config, 1, static_cast<int64_t>(ids->size()) + lengths->gen_length,
+  if (Status s = CheckBatchFits(*bundle->model, 1, static_cast<int64_t>(ids->size()) + lengths->gen_length,
                                 "--gen-length");
       !s.ok())
     return ReportError(s);
@@ -54,7 +54,8 @@ int RunGenerate(const GenerateArgs& a) {
     std::cerr << "error: " << st.message() << "\n";
     return 1;
   }
-  std::cout << bundle->tokenizer->Decode(s->output_tokens(), bundle->model->config.eos_token_id) << "\n";
+  const engine::ModelConfig& mc = bundle->model->config;
+  std::cout << bundle->tokenizer->Decode(engine::UntilEos(s->output_tokens(), mc), mc.eos_token_id) << "\n";
   std::fprintf(stderr, "[%d steps, %d tokens, %.1f ms, threshold %.2f, %s]\n", s->steps(), o.gen_length,
                secs * 1e3, a.threshold, o.use_cache ? "cache" : "no cache");
   return 0;

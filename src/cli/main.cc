@@ -2,6 +2,7 @@
 //   generate  prompt -> text with the bundled (or any) model
 //   eval      a held-out task set: threshold -> accuracy, steps, tokens per step, time
 //   bench     engine throughput, GEMM efficiency, cache-step speed-up, TP scaling
+//   make-checkpoint  a random-weight checkpoint in a published layout (LLaDA-8B, Dream-7B shapes)
 //   profile   step latency by batch tokens and TP degree (a latency profile for the simulator)
 //   simulate  discrete-event simulation of a cluster, a policy and a workload
 //   fit-denoiser  fit (or benchmark) the simulator's statistical denoising model
@@ -21,6 +22,7 @@
 #include "cli/chat_template_command.h"
 #include "cli/commands.h"
 #include "cli/fit_denoiser_command.h"
+#include "cli/make_checkpoint_command.h"
 #include "cli/predictor_commands.h"
 #include "cli/model_setup.h"
 #include "cli/plan_command.h"
@@ -81,6 +83,16 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, tediserve::engine::kMaxSeqLen));
   b->add_option("--reps", bn.reps, "repetitions per measurement (median reported)")->check(CLI::Range(1, 1000));
   b->add_option("--json", bn.json_out, "also write the results as JSON to this file");
+  b->add_flag("--large", bn.large,
+              "real-scale checkpoint benchmark: load time, RSS, recompute and cache step latency vs sgemm peak");
+  b->add_option("--step-tokens", bn.step_tokens, "--large: tokens of the recompute step (prompt + gen)")
+      ->check(CLI::Range(2, tediserve::engine::kMaxSeqLen));
+  b->add_option("--recompute-reps", bn.recompute_reps, "--large: recompute steps (the first is cold)")
+      ->check(CLI::Range(1, 100));
+  b->add_option("--cache-reps", bn.cache_reps, "--large: cache steps after each recompute step")
+      ->check(CLI::Range(0, 100));
+  b->add_option("--layout", bn.layout, "weights: auto, packed (fp32 copies) or mapped (checkpoint mapping)")
+      ->check(CLI::IsMember({"auto", "packed", "mapped"}));
 
   ProfileArgs pf;
   CLI::App* pr = AddProfileCommand(app, &pf);
@@ -112,6 +124,8 @@ int main(int argc, char** argv) {
   CLI::App* ctc = AddChatTemplateCommand(app, &ct);
   BenchServeArgs bs;
   CLI::App* bsc = AddBenchServeCommand(app, &bs);
+  MakeCheckpointArgs mk;
+  CLI::App* mkc = AddMakeCheckpointCommand(app, &mk);
   TokenizeArgs tk, dtk;
   CLI::App* dtkc = nullptr;
   CLI::App* tkc = AddTokenizeCommands(app, &tk, &dtk, &dtkc);
@@ -145,6 +159,7 @@ int main(int argc, char** argv) {
   if (*g) return RunGenerate(gen);
   if (*e) return RunEval(ev);
   if (*b) return RunBench(bn);
+  if (*mkc) return RunMakeCheckpoint(mk);
   if (*s) return RunSimulate(sm);
   if (*pr) return RunProfile(pf);
   if (*fdc) return RunFitDenoiser(*fdc, fd);

@@ -52,8 +52,9 @@ StatusOr<Lengths> ResolveLengths(const std::optional<int>& gen, const std::optio
   return l;
 }
 
-Status CheckBatchFits(const engine::ModelConfig& c, int64_t sequences, int64_t tokens_per_sequence,
+Status CheckBatchFits(const engine::LoadedModel& loaded, int64_t sequences, int64_t tokens_per_sequence,
                       const std::string& what) {
+  const engine::ModelConfig& c = loaded.config;
   if (sequences < 1 || tokens_per_sequence < 1) return Status::Ok();
   // Doubles: the point is the order of magnitude, and nothing overflows.
   const double f = sizeof(float);
@@ -63,7 +64,9 @@ Status CheckBatchFits(const engine::ModelConfig& c, int64_t sequences, int64_t t
   const double tokens = static_cast<double>(sequences) * static_cast<double>(tokens_per_sequence);
   const double scores = static_cast<double>(tokens_per_sequence) * static_cast<double>(tokens_per_sequence) * f;
   const double need = tokens * (kv_per_token + act_per_token) + scores;
-  const double model = static_cast<double>(engine::EstimateModelMemory(c).total());
+  engine::ModelMemory mm = engine::EstimateModelMemory(c, loaded.mapped_bytes + loaded.owned_bytes);
+  mm.kv_cache = 0;  // counted above, per request
+  const double model = static_cast<double>(mm.total());
   const double usable = static_cast<double>(UsableMemoryBytes());
   if (need + model <= usable) return Status::Ok();
   return InvalidArgument(what + ": " + std::to_string(sequences) + " request(s) of " +

@@ -40,7 +40,9 @@ StatusOr<Lengths> ResolveLengths(const std::optional<int>& gen, const std::optio
 // fit this process's memory next to the model: their KV buffers, one step's activations
 // and logits over all of them, and the attention scores of the longest. InvalidArgument
 // naming `what` (the flags to change) otherwise.
-Status CheckBatchFits(const engine::ModelConfig& config, int64_t sequences, int64_t tokens_per_sequence,
+// The model's own share is its weights as loaded (mapped and owned bytes) plus the packed
+// copy and RoPE tables EstimateModelMemory adds.
+Status CheckBatchFits(const engine::LoadedModel& model, int64_t sequences, int64_t tokens_per_sequence,
                       const std::string& what);
 
 // Opens `path` for a step log (JSONL) unless it is empty; an unwritable path is an error.

@@ -227,7 +227,7 @@ int RunProfile(const ProfileArgs& a) {
     // The largest point: recompute packs ceil(n / S) requests, cache n / B requests of S tokens.
     const int64_t n = a.max_tokens;
     const int64_t requests = a.kind == "cache" ? n / block : (n + seq - 1) / seq;
-    if (Status s = CheckBatchFits(c, std::max<int64_t>(1, requests), seq, "--max-tokens / --prompt-length / --gen-length");
+    if (Status s = CheckBatchFits(*bundle->model, std::max<int64_t>(1, requests), seq, "--max-tokens / --prompt-length / --gen-length");
         !s.ok())
       return ReportError(s);
   }

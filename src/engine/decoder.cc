@@ -5,6 +5,8 @@
 #include <cstring>
 #include <unordered_set>
 
+#include "common/machine.h"
+
 namespace tediserve::engine {
 
 const char* StepKindName(StepKind kind) {
@@ -54,8 +56,8 @@ ConfidenceSummary Summarise(std::vector<float>* v) {
 }  // namespace
 
 StatusOr<std::unique_ptr<DiffusionEngine>> DiffusionEngine::Create(
-    std::shared_ptr<const LoadedModel> model, int tp_degree) {
-  ASSIGN_OR_RETURN(auto t, Transformer::Create(std::move(model), tp_degree));
+    std::shared_ptr<const LoadedModel> model, int tp_degree, WeightLayout layout) {
+  ASSIGN_OR_RETURN(auto t, Transformer::Create(std::move(model), tp_degree, layout));
   return std::unique_ptr<DiffusionEngine>(new DiffusionEngine(std::move(t)));
 }
 
@@ -80,6 +82,13 @@ StatusOr<std::unique_ptr<DecodeState>> DiffusionEngine::NewRequest(
     return OutOfRange("prompt (" + std::to_string(prompt.size()) + " tokens) + gen length (" +
                       std::to_string(o.gen_length) + ") = " + std::to_string(total) +
                       " tokens exceeds the model's context of " + std::to_string(c.max_seq_len));
+  // The request's KV buffer (fp32 K and V of every position and layer) is allocated here:
+  // a context the machine cannot hold is refused instead of failing in the allocator.
+  const double kv_bytes = 2.0 * sizeof(float) * c.n_layers * c.n_kv_heads * c.head_dim * static_cast<double>(total);
+  if (kv_bytes > static_cast<double>(UsableMemoryBytes()))
+    return ResourceExhausted("prompt + gen length of " + std::to_string(total) + " tokens needs a " +
+                             FormatBytes(static_cast<uint64_t>(kv_bytes)) + " KV buffer, more than the " +
+                             FormatBytes(UsableMemoryBytes()) + " this process can use");
   auto s = std::make_unique<DecodeState>();
   s->id_ = id;
   s->prompt_length_ = static_cast<int>(prompt.size());
@@ -271,8 +280,8 @@ Status DiffusionEngine::Step(std::span<const StepRequest> batch, std::vector<Ste
       r.block_done = true;
       // Text ends at the first EOS, so once a finished block holds one nothing after it can
       // change the answer.
-      const bool has_eos = std::find(s.tokens_.begin() + lo, s.tokens_.begin() + hi, c.eos_token_id) !=
-                           s.tokens_.begin() + hi;
+      const bool has_eos = std::any_of(s.tokens_.begin() + lo, s.tokens_.begin() + hi,
+                                       [&c](int32_t t) { return c.IsEos(t); });
       ++s.block_;
       s.steps_in_block_ = 0;
       if (s.block_ >= s.num_blocks()) {

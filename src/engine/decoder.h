@@ -128,8 +128,12 @@ struct BatchStats {
 class DiffusionEngine {
  public:
   // `tp_degree` shards the model over that many threads (one "device" = one core).
+  // `layout`: how the transformer holds the weights (packed fp32 copies or the checkpoint
+  // mapping; by default chosen by size).
   static StatusOr<std::unique_ptr<DiffusionEngine>> Create(std::shared_ptr<const LoadedModel> model,
-                                                           int tp_degree);
+                                                           int tp_degree,
+                                                           WeightLayout layout = WeightLayout::kAuto);
+  const Transformer& transformer() const { return *transformer_; }
 
   const ModelConfig& config() const { return transformer_->config(); }
   int tp_degree() const { return transformer_->tp_degree(); }

@@ -1,5 +1,6 @@
 #include "engine/generate.h"
 
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
 
@@ -53,6 +54,11 @@ std::string StepResultJson(const StepResult& r, int batch_size, int64_t batch_to
   j["batch_tokens"] = batch_tokens;
   j["step_ms"] = step_ms;
   return j.dump();
+}
+
+std::vector<int32_t> UntilEos(const std::vector<int32_t>& ids, const ModelConfig& config) {
+  const auto end = std::find_if(ids.begin(), ids.end(), [&config](int32_t t) { return config.IsEos(t); });
+  return {ids.begin(), end};
 }
 
 }  // namespace tediserve::engine

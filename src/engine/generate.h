@@ -22,4 +22,7 @@ Status RunToCompletion(DiffusionEngine& engine, std::span<DecodeState* const> st
 // One JSON object (one line) describing a step's result, for --trace and step logs.
 std::string StepResultJson(const StepResult& r, int batch_size, int64_t batch_tokens, double step_ms);
 
+// The output up to (not including) its first end-of-text token (any of the model's EOS ids).
+std::vector<int32_t> UntilEos(const std::vector<int32_t>& ids, const ModelConfig& config);
+
 }  // namespace tediserve::engine

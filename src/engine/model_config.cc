@@ -55,6 +55,60 @@ class ConfigKeys {
     }
     return ToInt(key, v, out);
   }
+  // Every id of a token-id key that may be an int or a list (eos_token_id); `fallback` when
+  // absent.
+  Status TokenIds(const char* key, std::vector<int32_t>* out, int32_t fallback) const {
+    out->clear();
+    if (!Has(key)) {
+      out->push_back(fallback);
+      return Status::Ok();
+    }
+    const json& v = j_.at(key);
+    if (!v.is_array()) {
+      int id = 0;
+      RETURN_IF_ERROR(ToInt(key, v, &id));
+      out->push_back(id);
+      return Status::Ok();
+    }
+    if (v.empty()) return InvalidArgument(std::string("key '") + key + "' is an empty list");
+    if (v.size() > 64) return InvalidArgument(std::string("key '") + key + "' lists more than 64 ids");
+    for (const json& e : v) {
+      int id = 0;
+      RETURN_IF_ERROR(ToInt(key, e, &id));
+      if (std::find(out->begin(), out->end(), id) == out->end()) out->push_back(id);
+    }
+    return Status::Ok();
+  }
+  // A string key that, when present, must equal one of `allowed`; anything else is a
+  // feature the engine does not implement.
+  Status OneOf(const char* key, std::initializer_list<const char*> allowed) const {
+    if (!Has(key)) return Status::Ok();
+    const json& v = j_.at(key);
+    if (!v.is_string()) return WrongType(key, "a string", v);
+    std::string list;
+    for (const char* a : allowed) {
+      if (v.get_ref<const std::string&>() == a) return Status::Ok();
+      list += std::string(list.empty() ? "" : ", ") + a;
+    }
+    return Unimplemented(std::string("key '") + key + "' = " + JsonSnippet(v) +
+                         " is not supported (supported: " + list + ")");
+  }
+  // A boolean key that, when present, must have the value the engine implements.
+  Status MustBe(const char* key, bool want) const {
+    bool v = want;
+    RETURN_IF_ERROR(Bool(key, &v, want));
+    if (v != want) {
+      return Unimplemented(std::string("key '") + key + "' = " + (v ? "true" : "false") +
+                           " is not supported (the engine implements " + (want ? "true" : "false") + ")");
+    }
+    return Status::Ok();
+  }
+  // A key that, when present, must be null (an optional feature left off).
+  Status MustBeNull(const char* key) const {
+    if (!Has(key)) return Status::Ok();
+    return Unimplemented(std::string("key '") + key + "' = " + JsonSnippet(j_.at(key)) +
+                         " is not supported (only null)");
+  }
   Status Float(const char* key, float* out, float fallback) const {
     if (!Has(key)) {
       *out = fallback;
@@ -130,6 +184,15 @@ StatusOr<Architecture> DetectArchitecture(const json& j) {
                                      "architecture this is") + kSupported);
 }
 
+// The ids a config.json gives for end of text, beginning of text and padding.
+Status ParseSpecialIds(const ConfigKeys& keys, int32_t eos_default, ModelConfig* c) {
+  RETURN_IF_ERROR(keys.TokenIds("eos_token_id", &c->eos_token_ids, eos_default));
+  c->eos_token_id = c->eos_token_ids.front();
+  RETURN_IF_ERROR(keys.TokenId("bos_token_id", &c->bos_token_id, -1));
+  RETURN_IF_ERROR(keys.TokenId("pad_token_id", &c->pad_token_id, -1));
+  return Status::Ok();
+}
+
 Status ParseLLaDA(const ConfigKeys& keys, ModelConfig* c) {
   RETURN_IF_ERROR(keys.Int("d_model", &c->d_model));
   RETURN_IF_ERROR(keys.Int("n_heads", &c->n_heads));
@@ -148,11 +211,27 @@ Status ParseLLaDA(const ConfigKeys& keys, ModelConfig* c) {
   RETURN_IF_ERROR(keys.Float("rope_theta", &c->rope_theta, 500000.0f));
   RETURN_IF_ERROR(keys.Float("rms_norm_eps", &c->rms_eps, 1e-5f));
   RETURN_IF_ERROR(keys.TokenId("mask_token_id", &c->mask_token_id, 126336));
-  RETURN_IF_ERROR(keys.TokenId("eos_token_id", &c->eos_token_id, 126081));
+  RETURN_IF_ERROR(ParseSpecialIds(keys, 126081, c));
   RETURN_IF_ERROR(keys.Bool("weight_tying", &c->tie_embeddings, false));
   bool include_bias = false;
   RETURN_IF_ERROR(keys.Bool("include_bias", &include_bias, false));
   if (include_bias) return Unimplemented("LLaDA with include_bias=true is not supported");
+  // The published LLaDA-8B layout (an OLMo "llama" block: separate q/k/v, SiLU(ff_proj) *
+  // up_proj, RMSNorm with weights, RoPE); the OLMo options that change the network are
+  // refused by name rather than computed differently.
+  RETURN_IF_ERROR(keys.OneOf("activation_type", {"silu"}));
+  RETURN_IF_ERROR(keys.OneOf("block_type", {"llama"}));
+  RETURN_IF_ERROR(keys.OneOf("layer_norm_type", {"rms"}));
+  RETURN_IF_ERROR(keys.MustBe("layer_norm_with_affine", true));
+  RETURN_IF_ERROR(keys.MustBe("bias_for_layer_norm", false));
+  RETURN_IF_ERROR(keys.MustBe("include_qkv_bias", false));
+  RETURN_IF_ERROR(keys.MustBe("rope", true));
+  RETURN_IF_ERROR(keys.MustBe("alibi", false));
+  RETURN_IF_ERROR(keys.MustBe("attention_layer_norm", false));
+  RETURN_IF_ERROR(keys.MustBe("input_emb_norm", false));
+  RETURN_IF_ERROR(keys.MustBe("scale_logits", false));
+  RETURN_IF_ERROR(keys.MustBeNull("clip_qkv"));
+  RETURN_IF_ERROR(keys.MustBeNull("multi_query_attention"));
   c->qkv_bias = false;
   c->shift_logits = false;
   return Status::Ok();
@@ -169,7 +248,7 @@ Status ParseDream(const json& j, const ConfigKeys& keys, ModelConfig* c) {
   RETURN_IF_ERROR(keys.Float("rope_theta", &c->rope_theta, 1e6f));
   RETURN_IF_ERROR(keys.Float("rms_norm_eps", &c->rms_eps, 1e-6f));
   RETURN_IF_ERROR(keys.TokenId("mask_token_id", &c->mask_token_id, 151666));
-  RETURN_IF_ERROR(keys.TokenId("eos_token_id", &c->eos_token_id, 151643));
+  RETURN_IF_ERROR(ParseSpecialIds(keys, 151643, c));
   RETURN_IF_ERROR(keys.Bool("tie_word_embeddings", &c->tie_embeddings, false));
   // The forward pass implements plain RoPE over full attention; refuse rather than compute
   // something else silently.
@@ -180,6 +259,16 @@ Status ParseDream(const json& j, const ConfigKeys& keys, ModelConfig* c) {
   bool sliding = false;
   RETURN_IF_ERROR(keys.Bool("use_sliding_window", &sliding, false));
   if (sliding) return Unimplemented("Dream with use_sliding_window=true is not supported");
+  RETURN_IF_ERROR(keys.OneOf("hidden_act", {"silu"}));
+  if (keys.Has("head_dim") && c->n_heads > 0) {
+    int head_dim = 0;
+    RETURN_IF_ERROR(keys.Int("head_dim", &head_dim));
+    if (head_dim != c->d_model / c->n_heads) {
+      return Unimplemented("key 'head_dim' = " + std::to_string(head_dim) +
+                           " is not hidden_size / num_attention_heads (" +
+                           std::to_string(c->d_model / c->n_heads) + "); not supported");
+    }
+  }
   c->qkv_bias = true;
   c->shift_logits = true;
   return Status::Ok();
@@ -284,18 +373,51 @@ Status ModelConfig::Validate() const {
   if (mask_token_id == eos_token_id) {
     return InvalidArgument("mask_token_id and eos_token_id are both " + str(mask_token_id));
   }
+  for (const int32_t id : eos_token_ids) {
+    if (id < 0 || id >= vocab_size) {
+      return InvalidArgument("eos_token_id " + str(id) + " is outside the vocabulary [0, " +
+                             str(vocab_size) + ")");
+    }
+    if (id == mask_token_id) {
+      return InvalidArgument("mask_token_id " + str(id) + " is also an eos_token_id");
+    }
+  }
+  for (const auto& [name, id] : {std::pair<const char*, int32_t>{"bos_token_id", bos_token_id},
+                                 std::pair<const char*, int32_t>{"pad_token_id", pad_token_id}}) {
+    if (id != -1 && (id < 0 || id >= vocab_size)) {
+      return InvalidArgument(std::string(name) + " " + str(id) + " is outside the vocabulary [0, " +
+                             str(vocab_size) + ")");
+    }
+  }
   return Status::Ok();
+}
+
+bool ModelConfig::IsEos(int32_t id) const {
+  return id == eos_token_id || std::find(eos_token_ids.begin(), eos_token_ids.end(), id) != eos_token_ids.end();
 }
 
 uint64_t ModelMemory::total() const {
   uint64_t t = 0;
-  for (const uint64_t part : {weights, shards, rope, kv_cache}) {
+  for (const uint64_t part : {weights, packed, rope, kv_cache}) {
     if (__builtin_add_overflow(t, part, &t)) return UINT64_MAX;
   }
   return t;
 }
 
-ModelMemory EstimateModelMemory(const ModelConfig& c) {
+uint64_t LayerWeightBytesFp32(const ModelConfig& c) {
+  using u128 = unsigned __int128;
+  const u128 d = static_cast<u128>(std::max(c.d_model, 0));
+  const u128 q = static_cast<u128>(std::max(c.n_heads, 0)) * std::max(c.head_dim, 0);
+  const u128 kv = static_cast<u128>(std::max(c.n_kv_heads, 0)) * std::max(c.head_dim, 0);
+  const u128 mlp = static_cast<u128>(std::max(c.mlp_hidden, 0));
+  const u128 layers = static_cast<u128>(std::max(c.n_layers, 0));
+  const u128 bytes = layers * ((q + 2 * kv) * d + d * q + 3 * mlp * d) * sizeof(float);
+  return bytes > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(bytes);
+}
+
+bool PacksByDefault(const ModelConfig& c) { return LayerWeightBytesFp32(c) <= kPackedWeightLimitBytes; }
+
+ModelMemory EstimateModelMemory(const ModelConfig& c, uint64_t stored_bytes) {
   // Products of up to four bounded ints, in 128 bits so nothing wraps; saturated at the end.
   using u128 = unsigned __int128;
   auto sat = [](u128 v) { return v > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(v); };
@@ -306,29 +428,32 @@ ModelMemory EstimateModelMemory(const ModelConfig& c) {
   const u128 layers = static_cast<u128>(std::max(c.n_layers, 0));
   const u128 vocab = static_cast<u128>(std::max(c.vocab_size, 0));
   const u128 seq = static_cast<u128>(std::max(c.max_seq_len, 0));
+  const u128 kv_seq = static_cast<u128>(std::min(std::max(c.max_seq_len, 0), kKvEstimateTokens));
   const u128 per_layer = 2 * d + (q + 2 * kv) * d + (c.qkv_bias ? q + 2 * kv : 0) + d * q +
                          3 * mlp * d;
   const u128 head = c.tie_embeddings ? 0 : vocab * d;
   const u128 f = sizeof(float);
   ModelMemory m;
-  m.weights = sat((vocab * d + head + d + layers * per_layer) * f);
-  m.shards = sat(layers * per_layer * f);
+  m.weights = stored_bytes != 0 ? stored_bytes : sat((vocab * d + head + d + layers * per_layer) * f);
+  // Packed: the fused per-shard layer matrices and an fp32 LM head.
+  if (PacksByDefault(c)) m.packed = sat(static_cast<u128>(LayerWeightBytesFp32(c)) + vocab * d * f);
   m.rope = sat(seq * static_cast<u128>(std::max(c.head_dim, 0)) * f);  // cos + sin, hd/2 each
-  m.kv_cache = sat(2 * layers * kv * seq * f);
+  m.kv_cache = sat(2 * layers * kv * kv_seq * f);
   return m;
 }
 
-Status CheckModelFitsMemory(const ModelConfig& config, uint64_t available) {
+Status CheckModelFitsMemory(const ModelConfig& config, uint64_t available, uint64_t stored_bytes) {
   if (available == 0) available = UsableMemoryBytes();
-  const ModelMemory m = EstimateModelMemory(config);
+  const ModelMemory m = EstimateModelMemory(config, stored_bytes);
   if (m.total() <= available) return Status::Ok();
   // Bad input (exit 2): the config describes a model this machine cannot hold.
   return InvalidArgument(
-      "the model needs about " + FormatBytes(m.total()) + " (fp32 weights " +
-      FormatBytes(m.weights) + " + tensor-parallel copy " + FormatBytes(m.shards) +
+      "the model needs about " + FormatBytes(m.total()) + " (weights " +
+      (stored_bytes != 0 ? std::string("as stored ") : std::string("in fp32 ")) +
+      FormatBytes(m.weights) + " + packed fp32 copy " + FormatBytes(m.packed) +
       " + RoPE tables " + FormatBytes(m.rope) + " + KV cache of one " +
-      std::to_string(config.max_seq_len) + "-token sequence " + FormatBytes(m.kv_cache) +
-      ") but this process can use " + FormatBytes(available) +
+      std::to_string(std::min(config.max_seq_len, kKvEstimateTokens)) + "-token sequence " +
+      FormatBytes(m.kv_cache) + ") but this process can use " + FormatBytes(available) +
       " (RAM or address-space limit); check n_layers, d_model, vocab_size and the context "
       "length in config.json");
 }

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -41,7 +42,13 @@ struct ModelConfig {
   float rope_theta = 0;
   float rms_eps = 0;
   int32_t mask_token_id = -1;
-  int32_t eos_token_id = -1;
+  int32_t eos_token_id = -1;   // the id written after an answer ends (first of eos_token_ids)
+  // Every id that ends an answer: eos_token_id first, then config.json's other eos ids (it
+  // may hold a list) and, after LoadModel, those of generation_config.json and
+  // tokenizer_config.json (see LoadModel).
+  std::vector<int32_t> eos_token_ids;
+  int32_t bos_token_id = -1;   // -1: none given
+  int32_t pad_token_id = -1;
   bool qkv_bias = false;      // Dream
   bool shift_logits = false;  // Dream
   bool tie_embeddings = false;
@@ -53,8 +60,12 @@ struct ModelConfig {
   // vocab_size, max_position_embeddings, ...). The architecture comes from
   // "architectures"/"model_type"; anything else is kInvalidArgument naming the value.
   // A missing required key or a value of the wrong type is kInvalidArgument naming the key;
-  // a feature the engine lacks (LLaDA include_bias, Dream rope_scaling or sliding window) is
-  // kUnimplemented. The result has passed Validate().
+  // a feature the engine lacks is kUnimplemented naming the key: for LLaDA anything but the
+  // published 8B layout (activation_type silu, block_type llama, layer_norm_type rms with
+  // affine weights and no bias, rope on, no alibi, no include_bias / include_qkv_bias, no
+  // attention_layer_norm, input_emb_norm, scale_logits, clip_qkv or multi_query_attention);
+  // for Dream hidden_act other than silu, rope_scaling, use_sliding_window, or a head_dim
+  // other than hidden_size / num_attention_heads. The result has passed Validate().
   // The text must be JSON nested at most kMaxJsonDepth deep with no key twice in one object
   // (a repeated key would silently mean its last value). `where` starts parse messages.
   static StatusOr<ModelConfig> FromJson(const std::string& json_text,
@@ -66,20 +77,39 @@ struct ModelConfig {
   // d_model, kv heads divide heads, ids inside the vocabulary, at least one token besides
   // mask and eos, a context of at least 2 tokens). Messages name the config.json key.
   Status Validate() const;
+
+  // Whether `id` ends an answer (eos_token_id or one of eos_token_ids).
+  bool IsEos(int32_t id) const;
 };
 
-// Bytes a loaded model occupies: fp32 weights as loaded, the tensor-parallel copy of the
-// layer weights the transformer builds, the RoPE tables for max_seq_len positions, and the KV
-// buffer of one sequence of max_seq_len tokens. Saturates instead of overflowing.
+// The transformer copies the layer weights into per-shard fused fp32 matrices ("packed")
+// when that copy is at most this size, and otherwise reads them in place from the mapped
+// checkpoint (converting 16-bit weights panel by panel); see docs/design.md 2.3.
+inline constexpr uint64_t kPackedWeightLimitBytes = 512ull << 20;
+// fp32 bytes of every layer's weight matrices (what packing would copy).
+uint64_t LayerWeightBytesFp32(const ModelConfig& config);
+// Whether Transformer::Create packs this model by default (LayerWeightBytesFp32 <= the limit).
+bool PacksByDefault(const ModelConfig& config);
+
+// The KV buffer the estimate below reserves covers one sequence of at most this many tokens
+// (a request's buffer is sized to its own prompt + output; longer ones are checked when made).
+inline constexpr int kKvEstimateTokens = 4096;
+
+// Bytes a loaded model occupies: the weights as stored (`stored_bytes`: mapped file pages or
+// owned copies; 0 means every tensor in fp32), the packed fp32 copy of the layers and the
+// LM head a small model gets, the RoPE tables for max_seq_len positions, and the KV buffer of
+// one sequence of min(max_seq_len, kKvEstimateTokens) tokens. Saturates instead of
+// overflowing.
 struct ModelMemory {
-  uint64_t weights = 0, shards = 0, rope = 0, kv_cache = 0;
+  uint64_t weights = 0, packed = 0, rope = 0, kv_cache = 0;
   uint64_t total() const;
 };
-ModelMemory EstimateModelMemory(const ModelConfig& config);
+ModelMemory EstimateModelMemory(const ModelConfig& config, uint64_t stored_bytes = 0);
 // InvalidArgument (the config describes a model this machine cannot hold; exit 2) naming
 // the parts when the estimate exceeds `available` bytes
 // (UsableMemoryBytes() by default): a model that cannot fit fails before loading.
-Status CheckModelFitsMemory(const ModelConfig& config, uint64_t available = 0);
+Status CheckModelFitsMemory(const ModelConfig& config, uint64_t available = 0,
+                            uint64_t stored_bytes = 0);
 
 // TeDiServe's own optional section of a model folder's config.json:
 // "tediserve": {"gen_length": N, "block_size": B}; 128 / 32 where absent (capped to the

@@ -1,5 +1,7 @@
 #include "engine/model_config.h"
 
+#include <fstream>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -293,16 +295,35 @@ TEST(ModelConfigTest, DeepOrDuplicatedJsonIsAnError) {
 TEST(ModelConfigTest, MemoryEstimateRefusesWhatCannotFit) {
   ModelConfig c = *ModelConfig::FromJson(LLaDA8B().dump());
   const ModelMemory m = EstimateModelMemory(c);
-  // 8B parameters in fp32, plus the sharded copy of the layers.
+  // 8B parameters in fp32 (no stored size given); too big to pack.
   EXPECT_GT(m.weights, uint64_t{29} << 30);
   EXPECT_LT(m.weights, uint64_t{31} << 30);
-  EXPECT_EQ(m.shards, m.weights - uint64_t{2} * 126464 * 4096 * 4 - 4096 * 4);  // the layers again
+  EXPECT_FALSE(PacksByDefault(c));
+  EXPECT_EQ(m.packed, 0u);
   EXPECT_EQ(m.kv_cache, uint64_t{2} * 32 * 32 * 128 * 4096 * 4);
   EXPECT_TRUE(CheckModelFitsMemory(c, uint64_t{1} << 40).ok());
   const Status s = CheckModelFitsMemory(c, uint64_t{8} << 30);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("the model needs about"));
   EXPECT_THAT(s.message(), HasSubstr("8.0 GiB"));
+  // As published: 16,031,162,368 bytes of bf16 (the index's total_size), which with a
+  // 4096-token KV buffer fits a 24 GB machine but not in fp32.
+  const uint64_t bf16 = 16031162368ull;
+  EXPECT_EQ(EstimateModelMemory(c, bf16).weights, bf16);
+  EXPECT_TRUE(CheckModelFitsMemory(c, uint64_t{22} << 30, bf16).ok());
+  EXPECT_FALSE(CheckModelFitsMemory(c, uint64_t{22} << 30).ok());
+}
+
+TEST(ModelConfigTest, SmallModelsArePackedLargeOnesMapped) {
+  ModelConfig c = *ModelConfig::FromJson(LLaDA8B().dump());
+  EXPECT_EQ(LayerWeightBytesFp32(c), uint64_t{32} * (4 * 4096 * 4096 + 3 * 12288 * 4096) * 4);
+  c.n_layers = 1;
+  c.d_model = 256;
+  c.n_heads = c.n_kv_heads = 4;
+  c.head_dim = 64;
+  c.mlp_hidden = 512;
+  EXPECT_TRUE(PacksByDefault(c));
+  EXPECT_GT(EstimateModelMemory(c).packed, 0u);
 }
 
 TEST(ModelConfigTest, GenerationDefaults) {
@@ -332,6 +353,110 @@ TEST(ModelConfigTest, GenerationDefaults) {
   expect_bad({{"gen_length", 1e300}}, "tediserve.gen_length");
   expect_bad({{"block_size", "8"}}, "tediserve.block_size");
   expect_bad(json::array(), "key 'tediserve' must be an object");
+}
+
+std::string ReadFixture(const std::string& rel) {
+  std::ifstream f(std::string(TEDI_SOURCE_DIR) + "/tests/fixtures/published_configs/" + rel);
+  return std::string((std::istreambuf_iterator<char>(f)), {});
+}
+
+// The config.json files as published (tests/fixtures/published_configs/README.md).
+TEST(ModelConfigTest, PublishedLLaDA8BInstruct) {
+  const std::string text = ReadFixture("llada-8b-instruct/config.json");
+  ASSERT_FALSE(text.empty());
+  StatusOr<ModelConfig> c = ModelConfig::FromJson(text);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, Architecture::kLLaDA);
+  EXPECT_EQ(c->d_model, 4096);
+  EXPECT_EQ(c->n_layers, 32);
+  EXPECT_EQ(c->n_heads, 32);
+  EXPECT_EQ(c->n_kv_heads, 32);
+  EXPECT_EQ(c->mlp_hidden, 12288);
+  EXPECT_EQ(c->vocab_size, 126464);
+  EXPECT_EQ(c->max_seq_len, 4096);
+  EXPECT_FLOAT_EQ(c->rope_theta, 500000.0f);
+  EXPECT_FLOAT_EQ(c->rms_eps, 1e-5f);
+  EXPECT_EQ(c->mask_token_id, 126336);
+  EXPECT_EQ(c->eos_token_id, 126081);
+  EXPECT_EQ(c->pad_token_id, 126081);
+  EXPECT_FALSE(c->qkv_bias);
+  EXPECT_FALSE(c->shift_logits);
+  EXPECT_FALSE(c->tie_embeddings);
+}
+
+TEST(ModelConfigTest, PublishedDream7BInstruct) {
+  const std::string text = ReadFixture("dream-v0-instruct-7b/config.json");
+  ASSERT_FALSE(text.empty());
+  StatusOr<ModelConfig> c = ModelConfig::FromJson(text);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, Architecture::kDream);
+  EXPECT_EQ(c->d_model, 3584);
+  EXPECT_EQ(c->n_layers, 28);
+  EXPECT_EQ(c->n_heads, 28);
+  EXPECT_EQ(c->n_kv_heads, 4);  // GQA: 7 query heads per kv head
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->mlp_hidden, 18944);
+  EXPECT_EQ(c->vocab_size, 152064);
+  EXPECT_EQ(c->max_seq_len, 131072);
+  EXPECT_FLOAT_EQ(c->rope_theta, 1e6f);
+  EXPECT_FLOAT_EQ(c->rms_eps, 1e-6f);
+  EXPECT_EQ(c->mask_token_id, 151666);
+  EXPECT_EQ(c->eos_token_id, 151643);
+  EXPECT_EQ(c->bos_token_id, 151643);
+  EXPECT_TRUE(c->qkv_bias);
+  EXPECT_TRUE(c->shift_logits);
+  // Fits this engine's memory check in bf16 (15.2 GB as stored) with a 4096-token KV buffer.
+  const uint64_t bf16 = 2ull * (2ull * 152064 * 3584 + 3584 +
+                                28ull * (2 * 3584 + (3584 + 2 * 512) * 3584 + 3584 + 2 * 512 + 3584 * 3584 +
+                                         3ull * 18944 * 3584));
+  EXPECT_TRUE(CheckModelFitsMemory(*c, uint64_t{20} << 30, bf16).ok());
+}
+
+TEST(ModelConfigTest, LLaDAOptionsTheEngineLacksAreRefusedByName) {
+  const json base = json::parse(ReadFixture("llada-8b-instruct/config.json"));
+  const std::vector<std::pair<std::string, json>> cases = {
+      {"activation_type", "swiglu"}, {"block_type", "sequential"}, {"layer_norm_type", "default"},
+      {"layer_norm_with_affine", false}, {"bias_for_layer_norm", true}, {"include_qkv_bias", true},
+      {"rope", false}, {"alibi", true}, {"attention_layer_norm", true}, {"input_emb_norm", true},
+      {"scale_logits", true}, {"clip_qkv", 8.0}, {"multi_query_attention", true}};
+  for (const auto& [key, value] : cases) {
+    json j = base;
+    j[key] = value;
+    ExpectError(j, StatusCode::kUnimplemented, "key '" + key + "'");
+  }
+  json j = base;
+  j["activation_type"] = 3;
+  ExpectError(j, StatusCode::kInvalidArgument, "key 'activation_type' must be a string");
+}
+
+TEST(ModelConfigTest, DreamOptionsTheEngineLacksAreRefusedByName) {
+  const json base = json::parse(ReadFixture("dream-v0-instruct-7b/config.json"));
+  json j = base;
+  j["hidden_act"] = "gelu";
+  ExpectError(j, StatusCode::kUnimplemented, "key 'hidden_act'");
+  j = base;
+  j["head_dim"] = 256;
+  ExpectError(j, StatusCode::kUnimplemented, "key 'head_dim' = 256");
+  j["head_dim"] = 128;  // the implied value is fine
+  EXPECT_TRUE(ModelConfig::FromJson(j.dump()).ok());
+}
+
+TEST(ModelConfigTest, EosTokenIdListKeepsEveryId) {
+  json j = LLaDA8B();
+  j["eos_token_id"] = {126348, 126081, 126348};
+  StatusOr<ModelConfig> c = ModelConfig::FromJson(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->eos_token_id, 126348);
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int32_t>{126348, 126081}));
+  EXPECT_TRUE(c->IsEos(126081));
+  EXPECT_FALSE(c->IsEos(126336));
+  j["eos_token_id"] = {126081, 126336};
+  ExpectError(j, StatusCode::kInvalidArgument, "mask_token_id 126336 is also an eos_token_id");
+  j["eos_token_id"] = {126081, 200000};
+  ExpectError(j, StatusCode::kInvalidArgument, "eos_token_id 200000 is outside the vocabulary");
+  j["eos_token_id"] = 126081;
+  j["bos_token_id"] = -5;
+  ExpectError(j, StatusCode::kInvalidArgument, "bos_token_id -5 is outside the vocabulary");
 }
 
 TEST(ModelConfigTest, ArchitectureNames) {

@@ -111,6 +111,8 @@ class SafetensorsFile::Mapping {
   Mapping(const Mapping&) = delete;
   Mapping& operator=(const Mapping&) = delete;
   const std::byte* bytes() const { return static_cast<const std::byte*>(addr_); }
+  size_t size() const { return size_; }
+  void AdviseWillNeed() const { (void)::madvise(addr_, size_, MADV_WILLNEED); }
 
  private:
   void* addr_;
@@ -350,6 +352,12 @@ StatusOr<std::vector<int32_t>> SafetensorsFile::ReadInt32(const std::string& nam
                          ", expected I32 or I64");
 }
 
+void SafetensorsFile::AdviseWillNeed() const {
+  if (mapping_) mapping_->AdviseWillNeed();
+}
+
+uint64_t SafetensorsFile::file_size() const { return mapping_ ? mapping_->size() : 0; }
+
 StatusOr<std::span<const std::byte>> SafetensorsFile::RawData(const std::string& name) const {
   ASSIGN_OR_RETURN(const TensorInfo* info, Lookup(name));
   return std::span<const std::byte>(TensorBytes(*info), info->data_end - info->data_begin);
@@ -430,6 +438,52 @@ Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite
             std::fwrite(data.data(), 1, data.size(), f) == data.size();
   ok = (std::fclose(f) == 0) && ok;
   if (!ok) return Internal(path + ": write failed: " + ErrnoText());
+  return Status::Ok();
+}
+
+uint64_t TensorSpec::bytes() const {
+  uint64_t n = DTypeSize(dtype);
+  for (int64_t d : shape) n *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
+  return n;
+}
+
+Status WriteSafetensorsStreaming(const std::string& path, const std::vector<TensorSpec>& tensors,
+                                 const TensorBytesFn& fill, size_t chunk_bytes) {
+  json header = json::object();
+  std::set<std::string> seen;
+  uint64_t offset = 0;
+  for (const TensorSpec& t : tensors) {
+    if (t.name == "__metadata__") return InvalidArgument(path + ": reserved tensor name");
+    if (!seen.insert(t.name).second) return InvalidArgument(path + ": duplicate tensor '" + t.name + "'");
+    for (int64_t d : t.shape) {
+      if (d < 0) return InvalidArgument(path + ": tensor '" + t.name + "': negative dimension");
+    }
+    const uint64_t n = t.bytes();
+    header[t.name] = {{"dtype", DTypeName(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + n}}};
+    offset += n;
+  }
+  std::string header_text = header.dump();
+  header_text.append((8 - header_text.size() % 8) % 8, ' ');
+  const uint64_t header_len = header_text.size();
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return Internal(path + ": cannot open for writing: " + ErrnoText());
+  bool ok = std::fwrite(&header_len, sizeof(header_len), 1, f) == 1 &&
+            std::fwrite(header_text.data(), 1, header_text.size(), f) == header_text.size();
+  std::vector<std::byte> buf(std::max<size_t>(chunk_bytes, 8));
+  for (size_t i = 0; i < tensors.size() && ok; ++i) {
+    const uint64_t n = tensors[i].bytes();
+    for (uint64_t at = 0; at < n && ok; at += buf.size()) {
+      const size_t len = static_cast<size_t>(std::min<uint64_t>(buf.size(), n - at));
+      fill(i, at, std::span<std::byte>(buf.data(), len));
+      ok = std::fwrite(buf.data(), 1, len, f) == len;
+    }
+  }
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) {
+    const std::string err = ErrnoText();
+    std::remove(path.c_str());
+    return Internal(path + ": write failed: " + err);
+  }
   return Status::Ok();
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -65,6 +66,10 @@ class SafetensorsFile {
   StatusOr<std::vector<int32_t>> ReadInt32(const std::string& name) const;
   // The tensor's bytes as stored (little-endian), valid while this object lives.
   StatusOr<std::span<const std::byte>> RawData(const std::string& name) const;
+  // Asks the kernel to read the whole file into the page cache in the background
+  // (madvise MADV_WILLNEED); a hint, errors ignored.
+  void AdviseWillNeed() const;
+  uint64_t file_size() const;
 
  private:
   class Mapping;  // owns the mmap
@@ -94,5 +99,21 @@ struct TensorToWrite {
 // or reserved name, an unsupported dtype or an out-of-range integer; kInternal for I/O errors.
 Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                         const std::map<std::string, std::string>& metadata = {});
+
+// A tensor of a file written by WriteSafetensorsStreaming: its bytes come from a callback.
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::kBF16;  // any dtype: the callback writes the raw little-endian bytes
+  std::vector<int64_t> shape;
+  uint64_t bytes() const;      // elements x DTypeSize(dtype)
+};
+// Fills `out` with the bytes of tensor `index` starting at byte `offset` of that tensor.
+using TensorBytesFn = std::function<void(size_t index, uint64_t offset, std::span<std::byte> out)>;
+// Writes a safetensors file of the given tensors (in order, header padded to 8 bytes) whose
+// data is produced chunk by chunk (at most `chunk_bytes` at a time), so a multi-GB shard never
+// sits in memory. kInvalidArgument for a duplicate or reserved name or a negative dimension;
+// kInternal for I/O errors (a partial file is removed).
+Status WriteSafetensorsStreaming(const std::string& path, const std::vector<TensorSpec>& tensors,
+                                 const TensorBytesFn& fill, size_t chunk_bytes = size_t{16} << 20);
 
 }  // namespace tediserve::engine

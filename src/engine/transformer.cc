@@ -36,18 +36,17 @@ inline void Rope(float* v, int hd, const float* cos, const float* sin) {
   }
 }
 
-// Copies rows [r0, r0+n) of a [rows x cols] row-major matrix.
+// Appends rows [r0, r0+n) of a [rows x cols] row-major matrix, as fp32.
 void AppendRows(const Matrix& m, int r0, int n, std::vector<float>* out) {
-  out->insert(out->end(), m.data.begin() + static_cast<size_t>(r0) * m.cols,
-              m.data.begin() + static_cast<size_t>(r0 + n) * m.cols);
+  const size_t at = out->size();
+  out->resize(at + static_cast<size_t>(n) * m.cols);
+  for (int r = 0; r < n; ++r) m.RowToFloat(r0 + r, 0, m.cols, out->data() + at + static_cast<size_t>(r) * m.cols);
 }
 
-// Columns [c0, c0+n) of a [rows x cols] matrix as a [rows x n] matrix.
+// Columns [c0, c0+n) of a [rows x cols] matrix as a [rows x n] fp32 matrix.
 std::vector<float> Columns(const Matrix& m, int c0, int n) {
   std::vector<float> out(static_cast<size_t>(m.rows) * n);
-  for (int r = 0; r < m.rows; ++r)
-    std::memcpy(out.data() + static_cast<size_t>(r) * n,
-                m.data.data() + static_cast<size_t>(r) * m.cols + c0, n * sizeof(float));
+  for (int r = 0; r < m.rows; ++r) m.RowToFloat(r, c0, n, out.data() + static_cast<size_t>(r) * n);
   return out;
 }
 
@@ -58,8 +57,17 @@ void Grow(std::vector<T>* v, size_t n) {
 
 }  // namespace
 
+const char* WeightLayoutName(WeightLayout layout) {
+  switch (layout) {
+    case WeightLayout::kAuto: return "auto";
+    case WeightLayout::kPacked: return "packed";
+    case WeightLayout::kMapped: return "mapped";
+  }
+  return "?";
+}
+
 StatusOr<std::unique_ptr<Transformer>> Transformer::Create(std::shared_ptr<const LoadedModel> model,
-                                                           int tp_degree) {
+                                                           int tp_degree, WeightLayout layout) {
   const ModelConfig& c = model->config;
   if (tp_degree < 1) return InvalidArgument("tensor-parallel degree must be >= 1");
   if (c.n_heads % tp_degree != 0 || c.n_kv_heads % tp_degree != 0)
@@ -70,11 +78,12 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::Create(std::shared_ptr<const
     return InvalidArgument("tensor-parallel degree must divide the MLP width");
   // Parallelism comes from our shards; each shard's GEMMs run on its own core.
   openblas_set_num_threads(1);
-  return std::unique_ptr<Transformer>(new Transformer(std::move(model), tp_degree));
+  const bool packed = layout == WeightLayout::kPacked || (layout == WeightLayout::kAuto && PacksByDefault(c));
+  return std::unique_ptr<Transformer>(new Transformer(std::move(model), tp_degree, packed));
 }
 
-Transformer::Transformer(std::shared_ptr<const LoadedModel> model, int tp)
-    : model_(std::move(model)), config_(model_->config), pool_(tp) {
+Transformer::Transformer(std::shared_ptr<const LoadedModel> model, int tp, bool packed)
+    : model_(std::move(model)), config_(model_->config), packed_(packed), pool_(tp) {
   const ModelConfig& c = config_;
   const ModelWeights& w = model_->weights;
   const int hd = c.head_dim;
@@ -91,9 +100,6 @@ Transformer::Transformer(std::shared_ptr<const LoadedModel> model, int tp)
     sh.vocab = std::min(c.vocab_size, sh.vocab0 + vocab_per) - sh.vocab0;
     for (const LayerWeights& lw : w.layers) {
       Shard::Layer L;
-      AppendRows(lw.wq, sh.q_head0 * hd, sh.q_heads * hd, &L.wqkv);
-      AppendRows(lw.wk, sh.kv_head0 * hd, sh.kv_heads * hd, &L.wqkv);
-      AppendRows(lw.wv, sh.kv_head0 * hd, sh.kv_heads * hd, &L.wqkv);
       if (c.qkv_bias) {
         auto add = [&](const std::vector<float>& b, int h0, int n) {
           L.bqkv.insert(L.bqkv.end(), b.begin() + h0 * hd, b.begin() + (h0 + n) * hd);
@@ -102,12 +108,32 @@ Transformer::Transformer(std::shared_ptr<const LoadedModel> model, int tp)
         add(lw.bk, sh.kv_head0, sh.kv_heads);
         add(lw.bv, sh.kv_head0, sh.kv_heads);
       }
-      L.wo = Columns(lw.wo, sh.q_head0 * hd, sh.q_heads * hd);
-      AppendRows(lw.w_gate, s * sh.mlp, sh.mlp, &L.wgu);
-      AppendRows(lw.w_up, s * sh.mlp, sh.mlp, &L.wgu);
-      L.wdown = Columns(lw.w_down, s * sh.mlp, sh.mlp);
+      if (packed_) {
+        AppendRows(lw.wq, sh.q_head0 * hd, sh.q_heads * hd, &L.wqkv);
+        AppendRows(lw.wk, sh.kv_head0 * hd, sh.kv_heads * hd, &L.wqkv);
+        AppendRows(lw.wv, sh.kv_head0 * hd, sh.kv_heads * hd, &L.wqkv);
+        L.wo = Columns(lw.wo, sh.q_head0 * hd, sh.q_heads * hd);
+        AppendRows(lw.w_gate, s * sh.mlp, sh.mlp, &L.wgu);
+        AppendRows(lw.w_up, s * sh.mlp, sh.mlp, &L.wgu);
+        L.wdown = Columns(lw.w_down, s * sh.mlp, sh.mlp);
+        packed_bytes_ += (L.wqkv.size() + L.wo.size() + L.wgu.size() + L.wdown.size()) * sizeof(float);
+      } else {
+        const int d = c.d_model;
+        L.q = {&lw.wq, sh.q_head0 * hd, sh.q_heads * hd, 0, d};
+        L.k = {&lw.wk, sh.kv_head0 * hd, sh.kv_heads * hd, 0, d};
+        L.v = {&lw.wv, sh.kv_head0 * hd, sh.kv_heads * hd, 0, d};
+        L.o = {&lw.wo, 0, d, sh.q_head0 * hd, sh.q_heads * hd};
+        L.gate = {&lw.w_gate, s * sh.mlp, sh.mlp, 0, d};
+        L.up = {&lw.w_up, s * sh.mlp, sh.mlp, 0, d};
+        L.down = {&lw.w_down, 0, d, s * sh.mlp, sh.mlp};
+      }
       sh.layers.push_back(std::move(L));
     }
+  }
+  // The packed layout runs the LM head on fp32 weights too.
+  if (packed_ && w.lm_head.ptr() == nullptr) {
+    lm_head_f32_ = w.lm_head.ToFloat();
+    packed_bytes_ += lm_head_f32_.size() * sizeof(float);
   }
   const int half = hd / 2;
   rope_cos_.resize(static_cast<size_t>(c.max_seq_len) * half);
@@ -143,11 +169,8 @@ ForwardStats Transformer::Forward(std::span<const SequenceInput> batch, std::vec
   const ModelWeights& w = model_->weights;
   for (size_t i = 0; i < batch.size(); ++i) {
     const SequenceInput& in = batch[i];
-    for (int p = in.active_begin; p < in.active_end; ++p) {
-      const float* e = w.embed.ptr() + static_cast<size_t>(in.tokens[p]) * d;
-      std::memcpy(x_.data() + static_cast<size_t>(row0[i] + p - in.active_begin) * d, e,
-                  d * sizeof(float));
-    }
+    for (int p = in.active_begin; p < in.active_end; ++p)
+      w.embed.RowToFloat(in.tokens[p], 0, d, x_.data() + static_cast<size_t>(row0[i] + p - in.active_begin) * d);
   }
   logits->resize(static_cast<size_t>(logit_rows) * c.vocab_size);
   pool_.Run([&](int s) { RunShard(s, batch, row0, rows, logit_row0, logit_rows, logits); });
@@ -182,14 +205,21 @@ void Transformer::RunShard(int s, std::span<const SequenceInput> batch, const st
   const int r0 = std::min(T, s * rows_per), r1 = std::min(T, r0 + rows_per);
 
   // out = in * W^T accumulated into the residual stream: directly for one shard, through
-  // the partial buffers and a row-split reduction for several.
-  auto project_into_residual = [&](const float* in, int ld_in, const float* wt, int k) {
+  // the partial buffers and a row-split reduction for several. W is a packed fp32 [d x k]
+  // matrix (packed layout) or a block of the model's matrix (mapped layout).
+  auto project_into_residual = [&](const float* in, int ld_in, const float* wt, const WeightBlock& block, int k) {
     if (tp == 1) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, d, k, 1.0f, in, ld_in, wt, k, 1.0f, x, d);
+      if (wt != nullptr)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, d, k, 1.0f, in, ld_in, wt, k, 1.0f, x, d);
+      else
+        GemmBlock(T, in, ld_in, block, 1.0f, x, d, &sh.panel);
       return;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, d, k, 1.0f, in, ld_in, wt, k, 0.0f,
-                sh.partial.data(), d);
+    if (wt != nullptr)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, d, k, 1.0f, in, ld_in, wt, k, 0.0f,
+                  sh.partial.data(), d);
+    else
+      GemmBlock(T, in, ld_in, block, 0.0f, sh.partial.data(), d, &sh.panel);
     pool_.Sync();
     for (int o = 0; o < tp; ++o) {
       const float* p = shards_[o].partial.data();
@@ -202,8 +232,14 @@ void Transformer::RunShard(int s, std::span<const SequenceInput> batch, const st
     const Shard::Layer& L = sh.layers[l];
     const LayerWeights& lw = w.layers[l];
     RmsNorm(x, lw.attn_norm.data(), T, d, c.rms_eps, sh.h.data());
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, nqkv, d, 1.0f, sh.h.data(), d,
-                L.wqkv.data(), d, 0.0f, sh.qkv.data(), nqkv);
+    if (packed_) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, nqkv, d, 1.0f, sh.h.data(), d,
+                  L.wqkv.data(), d, 0.0f, sh.qkv.data(), nqkv);
+    } else {
+      GemmBlock(T, sh.h.data(), d, L.q, 0.0f, sh.qkv.data(), nqkv, &sh.panel);
+      GemmBlock(T, sh.h.data(), d, L.k, 0.0f, sh.qkv.data() + nq, nqkv, &sh.panel);
+      GemmBlock(T, sh.h.data(), d, L.v, 0.0f, sh.qkv.data() + nq + nkv, nqkv, &sh.panel);
+    }
     for (size_t i = 0; i < batch.size(); ++i) {
       const SequenceInput& in = batch[i];
       for (int p = in.active_begin; p < in.active_end; ++p) {
@@ -232,17 +268,22 @@ void Transformer::RunShard(int s, std::span<const SequenceInput> batch, const st
                     sh.attn.data() + static_cast<size_t>(row0[i]) * nq + h * hd, nq);
       }
     }
-    project_into_residual(sh.attn.data(), nq, L.wo.data(), nq);
+    project_into_residual(sh.attn.data(), nq, packed_ ? L.wo.data() : nullptr, L.o, nq);
 
     RmsNorm(x, lw.ffn_norm.data(), T, d, c.rms_eps, sh.h.data());
     const int m = sh.mlp;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, 2 * m, d, 1.0f, sh.h.data(), d,
-                L.wgu.data(), d, 0.0f, sh.act.data(), 2 * m);
+    if (packed_) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, 2 * m, d, 1.0f, sh.h.data(), d,
+                  L.wgu.data(), d, 0.0f, sh.act.data(), 2 * m);
+    } else {
+      GemmBlock(T, sh.h.data(), d, L.gate, 0.0f, sh.act.data(), 2 * m, &sh.panel);
+      GemmBlock(T, sh.h.data(), d, L.up, 0.0f, sh.act.data() + m, 2 * m, &sh.panel);
+    }
     for (int t = 0; t < T; ++t) {
       float* row = sh.act.data() + static_cast<size_t>(t) * 2 * m;
       vec::SiluMul(row, row + m, m);
     }
-    project_into_residual(sh.act.data(), 2 * m, L.wdown.data(), m);
+    project_into_residual(sh.act.data(), 2 * m, packed_ ? L.wdown.data() : nullptr, L.down, m);
   }
 
   // Final norm of the logit rows (each shard all of them; they are few), then this shard's
@@ -257,9 +298,39 @@ void Transformer::RunShard(int s, std::span<const SequenceInput> batch, const st
             w.final_norm.data(), n, d, c.rms_eps,
             sh.logits_h.data() + static_cast<size_t>(logit_row0[i]) * d);
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, sh.vocab, d, 1.0f, sh.logits_h.data(), d,
-              w.lm_head.ptr() + static_cast<size_t>(sh.vocab0) * d, d, 0.0f,
-              logits->data() + sh.vocab0, c.vocab_size);
+  const float* head = packed_ ? (lm_head_f32_.empty() ? w.lm_head.ptr() : lm_head_f32_.data()) : nullptr;
+  if (head != nullptr) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, sh.vocab, d, 1.0f, sh.logits_h.data(), d,
+                head + static_cast<size_t>(sh.vocab0) * d, d, 0.0f, logits->data() + sh.vocab0, c.vocab_size);
+  } else {
+    GemmBlock(R, sh.logits_h.data(), d, WeightBlock{&w.lm_head, sh.vocab0, sh.vocab, 0, d}, 0.0f,
+              logits->data() + sh.vocab0, c.vocab_size, &sh.panel);
+  }
+}
+
+void Transformer::GemmBlock(int M, const float* A, int lda, const WeightBlock& b, float beta, float* C, int ldc,
+                            std::vector<float>* scratch) {
+  if (M <= 0 || b.rows <= 0) return;
+  const Matrix& m = *b.m;
+  if (const float* f = m.ptr(); f != nullptr) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, b.rows, b.cols, 1.0f, A, lda,
+                f + static_cast<size_t>(b.r0) * m.cols + b.c0, m.cols, beta, C, ldc);
+    return;
+  }
+  // Panel height: with few rows of A (cache steps) the converted panel should stay in the
+  // core's L2; with many, sgemm packs all of A on every call, so panels must be tall enough
+  // for that to be a small part of the work.
+  const size_t target = M <= 64 ? (size_t{192} << 10) / sizeof(float) : (size_t{8} << 20) / sizeof(float);
+  int panel = static_cast<int>(std::clamp<size_t>(target / static_cast<size_t>(b.cols), 16, 4096));
+  panel = std::min(b.rows, panel / 16 * 16);
+  Grow(scratch, static_cast<size_t>(panel) * b.cols);
+  for (int r = 0; r < b.rows; r += panel) {
+    const int n = std::min(panel, b.rows - r);
+    for (int i = 0; i < n; ++i)
+      m.RowToFloat(b.r0 + r + i, b.c0, b.cols, scratch->data() + static_cast<size_t>(i) * b.cols);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, n, b.cols, 1.0f, A, lda, scratch->data(), b.cols, beta,
+                C + r, ldc);
+  }
 }
 
 std::vector<Transformer::GemmShape> Transformer::GemmShapesFor(const ModelConfig& c, int tp, int tokens,

@@ -56,14 +56,27 @@ struct ForwardStats {
   double attention_flops = 0;
 };
 
+// How the transformer holds the layer weights (docs/design.md 2.3).
+enum class WeightLayout {
+  kAuto,    // kPacked when the fp32 copy is at most kPackedWeightLimitBytes, else kMapped
+  kPacked,  // per-shard fused fp32 copies (Q/K/V in one matrix, gate/up in another)
+  kMapped,  // read in place from the LoadedModel's matrices (the checkpoint mapping), 16-bit
+            // weights converted to fp32 panel by panel just before each GEMM
+};
+const char* WeightLayoutName(WeightLayout layout);
+
 class Transformer {
  public:
   // Builds the sharded weights for a tensor-parallel degree (heads and kv heads must divide).
   static StatusOr<std::unique_ptr<Transformer>> Create(std::shared_ptr<const LoadedModel> model,
-                                                      int tp_degree);
+                                                      int tp_degree,
+                                                      WeightLayout layout = WeightLayout::kAuto);
 
   const ModelConfig& config() const { return config_; }
   int tp_degree() const { return pool_.size(); }
+  WeightLayout layout() const { return packed_ ? WeightLayout::kPacked : WeightLayout::kMapped; }
+  // Bytes this object allocated for weights (the packed copies; 0 when mapped).
+  uint64_t packed_bytes() const { return packed_bytes_; }
 
   // Runs the batch; logits of all sequences' requested rows are written to `logits`
   // (resized to rows x vocab, rows in batch order). Inputs must be valid (the decoder checks
@@ -78,31 +91,49 @@ class Transformer {
   static std::vector<GemmShape> GemmShapesFor(const ModelConfig& config, int tp_degree, int tokens,
                                               int logit_rows);
 
+  // Rows [r0, r0 + rows) and columns [c0, c0 + cols) of a weight matrix.
+  struct WeightBlock {
+    const Matrix* m = nullptr;
+    int r0 = 0, rows = 0, c0 = 0, cols = 0;
+  };
+  // C[M x b.rows] (leading dimension ldc) = A[M x b.cols] (lda) * b^T + beta * C, with
+  // cblas_sgemm: directly on fp32 weights; for 16-bit weights, panels of rows are converted
+  // into `scratch` first (panel height from M: small for few rows, so the panel stays in
+  // cache; large for many, so each sgemm call amortises its packing of A).
+  static void GemmBlock(int M, const float* A, int lda, const WeightBlock& b, float beta, float* C,
+                        int ldc, std::vector<float>* scratch);
+
  private:
   struct Shard {
     int q_heads = 0, kv_heads = 0;  // heads owned
     int q_head0 = 0, kv_head0 = 0;
     int mlp = 0;                    // MLP columns owned
     struct Layer {
-      std::vector<float> wqkv;  // [(q+2kv)*hd x d]
       std::vector<float> bqkv;  // empty without biases
+      // Packed layout:
+      std::vector<float> wqkv;  // [(q+2kv)*hd x d]
       std::vector<float> wo;    // [d x q*hd]
       std::vector<float> wgu;   // [2*mlp x d]: gate rows then up rows
       std::vector<float> wdown; // [d x mlp]
+      // Mapped layout: this shard's blocks of the model's matrices.
+      WeightBlock q, k, v, o, gate, up, down;
     };
     std::vector<Layer> layers;
     int vocab0 = 0, vocab = 0;  // LM head rows owned
     // Scratch, grown on demand.
-    std::vector<float> h, qkv, attn, partial, act, scores, logits_h;
+    std::vector<float> h, qkv, attn, partial, act, scores, logits_h, panel;
   };
 
-  Transformer(std::shared_ptr<const LoadedModel> model, int tp_degree);
+  Transformer(std::shared_ptr<const LoadedModel> model, int tp_degree, bool packed);
   void RunShard(int s, std::span<const SequenceInput> batch, const std::vector<int>& row0,
                 int total_rows, const std::vector<int>& logit_row0, int logit_rows,
                 std::vector<float>* logits);
 
   std::shared_ptr<const LoadedModel> model_;  // embedding, norms and LM head are read in place
   ModelConfig config_;
+  bool packed_ = true;
+  uint64_t packed_bytes_ = 0;
+  std::vector<float> lm_head_f32_;  // packed layout, when the LM head is not fp32 already
   std::vector<Shard> shards_;
   std::vector<float> rope_cos_, rope_sin_;  // [max_seq_len x head_dim/2]
   std::vector<float> x_;                    // residual stream [rows x d]

@@ -5,10 +5,16 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <map>
 
+#include "common/temp_dir.h"
 #include "engine/decoder.h"
+#include "engine/float16.h"
 #include "engine/safetensors.h"
+#include "engine/testing/checkpoint_files.h"
 #include "engine/testing/random_model.h"
+#include "engine/testing/reference_forward.h"
 
 namespace tediserve::engine {
 namespace {
@@ -36,18 +42,20 @@ void CheckAgainstFixture(const std::string& model_dir, const std::string& fixtur
   const int rows = static_cast<int>(shape[0]), S = static_cast<int>(shape[1]);
   const int V = shared->config.vocab_size;
   ASSERT_EQ(ref->size(), static_cast<size_t>(rows) * S * V);
-  for (int tp : {1, 2}) {
-    auto eng = DiffusionEngine::Create(shared, tp);
+  for (int tp : {1, 2})
+  for (WeightLayout layout : {WeightLayout::kPacked, WeightLayout::kMapped}) {
+    auto eng = DiffusionEngine::Create(shared, tp, layout);
     ASSERT_TRUE(eng.ok()) << eng.status().ToString();
+    ASSERT_EQ((*eng)->transformer().layout(), layout);
     for (int r = 0; r < rows; ++r) {
       std::vector<int32_t> seq;
       for (int p = 0; p < S && (*ids)[r * S + p] >= 0; ++p) seq.push_back((*ids)[r * S + p]);
       auto logits = (*eng)->FullLogits(seq);
       ASSERT_TRUE(logits.ok()) << logits.status().ToString();
       const float diff = MaxAbsDiff(logits->data(), ref->data() + static_cast<size_t>(r) * S * V, seq.size() * V);
-      EXPECT_LE(diff, 1e-3f) << model_dir << " row " << r << " tp " << tp;
-      std::printf("%s row %d (%zu tokens), TP %d: max |C++ - PyTorch| = %.3g\n", fixture.c_str(), r, seq.size(), tp,
-                  diff);
+      EXPECT_LE(diff, 1e-3f) << model_dir << " row " << r << " tp " << tp << " " << WeightLayoutName(layout);
+      std::printf("%s row %d (%zu tokens), TP %d, %s: max |C++ - PyTorch| = %.3g\n", fixture.c_str(), r, seq.size(),
+                  tp, WeightLayoutName(layout), diff);
     }
   }
 }
@@ -145,6 +153,127 @@ TEST(TransformerTest, CacheStepWithFreshCacheMatchesFullForward) {
     EXPECT_LE(MaxAbsDiff(got.data(), ref.data() + static_cast<size_t>(lo - shift) * V, got.size()), 1e-4f)
         << (dream ? "dream" : "llada");
   }
+}
+
+TEST(TransformerTest, SmallModelsArePackedByDefault) {
+  auto model = testing::RandomModel();
+  auto t = Transformer::Create(model, 1);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ((*t)->layout(), WeightLayout::kPacked);
+  EXPECT_GT((*t)->packed_bytes(), 0u);
+  auto m = Transformer::Create(model, 1, WeightLayout::kMapped);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ((*m)->layout(), WeightLayout::kMapped);
+  EXPECT_EQ((*m)->packed_bytes(), 0u);
+}
+
+// The mapped layout on fp32 weights held in memory (sgemm straight on the model's matrices,
+// separate Q/K/V and gate/up GEMMs, column blocks for the output projections) against the
+// packed one, for LLaDA and Dream (GQA, biases), TP 1 and 2.
+TEST(TransformerTest, MappedLayoutMatchesPackedOnFp32Weights) {
+  for (bool dream : {false, true}) {
+    auto model = testing::RandomModel(32, 2, 4, 2, 64, 40, dream);
+    auto tokens = RandomTokens(29, 40, 4);
+    auto packed = Transformer::Create(model, 1, WeightLayout::kPacked);
+    ASSERT_TRUE(packed.ok());
+    const auto ref = Full(**packed, tokens);
+    for (int tp : {1, 2}) {
+      auto mapped = Transformer::Create(model, tp, WeightLayout::kMapped);
+      ASSERT_TRUE(mapped.ok());
+      const auto got = Full(**mapped, tokens);
+      ASSERT_EQ(got.size(), ref.size());
+      EXPECT_LE(MaxAbsDiff(got.data(), ref.data(), ref.size()), 1e-4f) << (dream ? "dream" : "llada") << " tp " << tp;
+    }
+  }
+}
+
+// GemmBlock on 16-bit views, with row and column offsets and enough rows for several
+// panels, against a double-precision product; both panel heights (few rows of A, many).
+TEST(TransformerTest, GemmBlockConvertsPanelsExactly) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const int rows = 1500, cols = 300;
+  for (WeightType type : {WeightType::kBF16, WeightType::kF16, WeightType::kF32}) {
+    std::vector<uint16_t> half(static_cast<size_t>(rows) * cols);
+    std::vector<float> exact(half.size());
+    for (size_t i = 0; i < half.size(); ++i) {
+      const float x = u(rng);
+      half[i] = type == WeightType::kBF16 ? FloatToBf16(x) : FloatToF16(x);
+      exact[i] = type == WeightType::kBF16 ? Bf16ToFloat(half[i]) : type == WeightType::kF16 ? F16ToFloat(half[i]) : x;
+    }
+    Matrix m;
+    m.rows = rows;
+    m.cols = cols;
+    m.type = type;
+    m.mapped = type == WeightType::kF32 ? static_cast<const void*>(exact.data()) : half.data();
+    for (int M : {3, 200}) {
+      std::vector<float> A(static_cast<size_t>(M) * 250);
+      for (float& x : A) x = u(rng);
+      const Transformer::WeightBlock b{&m, 37, 1400, 21, 250};  // rows 37..1436, cols 21..270
+      const int ldc = 1410;
+      std::vector<float> C(static_cast<size_t>(M) * ldc, 5.0f), scratch;
+      Transformer::GemmBlock(M, A.data(), 250, b, 0.5f, C.data(), ldc, &scratch);
+      double worst = 0;
+      for (int i = 0; i < M; ++i) {
+        for (int j = 0; j < b.rows; ++j) {
+          double acc = 0;
+          for (int k = 0; k < b.cols; ++k)
+            acc += static_cast<double>(A[static_cast<size_t>(i) * 250 + k]) *
+                   exact[static_cast<size_t>(b.r0 + j) * cols + b.c0 + k];
+          worst = std::max(worst, std::fabs(C[static_cast<size_t>(i) * ldc + j] - (acc + 2.5)));
+        }
+        for (int j = b.rows; j < ldc; ++j) ASSERT_EQ(C[static_cast<size_t>(i) * ldc + j], 5.0f);  // untouched
+      }
+      EXPECT_LE(worst, 1e-3) << WeightTypeName(type) << " M " << M;
+    }
+  }
+}
+
+// A sharded checkpoint with model.safetensors.index.json, in each dtype, loaded (16-bit
+// matrices stay mapped) and run in both layouts and TP 1 / 2, against the independent
+// double-precision reference (testing/reference_forward.h) computed from the values written:
+// LLaDA with GQA, and Dream with GQA, q/k/v biases and shifted logits.
+TEST(TransformerTest, ShardedCheckpointMatchesIndependentReference) {
+  for (Architecture arch : {Architecture::kLLaDA, Architecture::kDream})
+    for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+      TempDir dir("tedi_transformer_ckpt");
+      testing::Dims m;
+      m.d = 64, m.layers = 2, m.heads = 4, m.kv_heads = 2, m.mlp = 96, m.vocab = 50;
+      const bool llada = arch == Architecture::kLLaDA;
+      std::ofstream(dir.path() / "config.json")
+          << (llada ? testing::LLaDAConfigJson(m) : testing::DreamConfigJson(m)).dump();
+      const auto tensors = testing::RandomTensors(arch, m, dtype, true, 21);
+      ASSERT_TRUE(testing::WriteCheckpoint(dir.path(), tensors, 3, true).ok());
+      std::map<std::string, std::vector<float>> by_name;
+      for (const auto& t : tensors) by_name[t.name] = t.floats;
+
+      auto loaded = LoadModel(dir.path().string());
+      ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+      EXPECT_EQ(loaded->files.size(), 3u);
+      EXPECT_EQ(loaded->weights.layers[1].w_up.is_view(), true);
+      auto model = std::make_shared<const LoadedModel>(std::move(loaded).value());
+      const std::string what = std::string(ArchitectureName(arch)) + " " + DTypeName(dtype);
+
+      auto tokens = RandomTokens(23, m.vocab, 8);
+      const std::vector<double> ref = testing::ReferenceLogits(model->config, by_name, tokens);
+      for (WeightLayout layout : {WeightLayout::kPacked, WeightLayout::kMapped})
+        for (int tp : {1, 2}) {
+          auto eng = DiffusionEngine::Create(model, tp, layout);
+          ASSERT_TRUE(eng.ok()) << eng.status().ToString();
+          auto logits = (*eng)->FullLogits(tokens);
+          ASSERT_TRUE(logits.ok());
+          ASSERT_EQ(logits->size(), ref.size());
+          double worst = 0, scale = 0;
+          for (size_t i = 0; i < ref.size(); ++i) {
+            worst = std::max(worst, std::fabs((*logits)[i] - ref[i]));
+            scale = std::max(scale, std::fabs(ref[i]));
+          }
+          EXPECT_GT(scale, 1.0) << what;  // the logits are not trivially small
+          EXPECT_LE(worst, 2e-4 * std::max(1.0, scale)) << what << " " << WeightLayoutName(layout) << " tp " << tp;
+          std::printf("%s, %s, TP %d: max |engine - reference| = %.3g (max |logit| %.3g)\n", what.c_str(),
+                      WeightLayoutName(layout), tp, worst, scale);
+        }
+    }
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 // error below 2e-7 over the float range), because libm's scalar exp dominated small steps.
 #pragma once
 
+#include <cstdint>
+
 namespace tediserve::engine::vec {
 
 // row[i] = exp(row[i] - max) / sum, in place.
@@ -17,6 +19,10 @@ void RmsNorm(const float* x, const float* w, int n, float eps, float* y);
 
 // y[i] += x[i].
 void Add(float* y, const float* x, long n);
+
+// bfloat16 / IEEE binary16 bit patterns to fp32 (exact), n elements.
+void Bf16ToFloat(const uint16_t* x, float* y, long n);
+void F16ToFloat(const uint16_t* x, float* y, long n);
 
 // exp(x) element-wise (for tests of the approximation).
 void Exp(const float* x, float* y, int n);

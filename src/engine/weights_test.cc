@@ -1,6 +1,8 @@
 #include "engine/weights.h"
 
+#include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <random>
@@ -11,7 +13,9 @@
 
 #include "common/temp_dir.h"
 #include "engine/float16.h"
+#include "engine/checkpoint.h"
 #include "engine/safetensors.h"
+#include "engine/testing/checkpoint_files.h"
 
 namespace tediserve::engine {
 namespace {
@@ -156,7 +160,12 @@ void ExpectWeightsMatch(const LoadedModel& model, const std::vector<TensorToWrit
     ASSERT_EQ(t.shape.size(), 2u) << name;
     EXPECT_EQ(got.rows, t.shape[0]) << name;
     EXPECT_EQ(got.cols, t.shape[1]) << name;
-    EXPECT_EQ(got.data, t.floats) << name;
+    EXPECT_EQ(got.ToFloat(), t.floats) << name;
+    // 16-bit matrices stay in the checkpoint mapping; F32 ones too when aligned (always, for
+    // files this writer makes: every tensor before an F32 one has a multiple of 4 bytes here).
+    EXPECT_TRUE(got.is_view()) << name;
+    EXPECT_EQ(got.type, t.dtype == DType::kBF16 ? WeightType::kBF16
+                        : t.dtype == DType::kF16 ? WeightType::kF16 : WeightType::kF32) << name;
   };
   const ModelConfig& c = model.config;
   const ModelWeights& w = model.weights;
@@ -260,7 +269,7 @@ TEST_F(WeightsTest, TiedHeadCopiesTheEmbedding) {
   StatusOr<LoadedModel> model = Load();
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   ExpectWeightsMatch(*model, tensors);
-  EXPECT_EQ(model->weights.lm_head.data, model->weights.embed.data);
+  EXPECT_EQ(model->weights.lm_head.ToFloat(), model->weights.embed.ToFloat());
 }
 
 TEST_F(WeightsTest, TiedDreamHeadCopiesTheEmbedding) {
@@ -404,6 +413,274 @@ TEST_F(WeightsTest, IntegerTensorWhereFloatExpected) {
                     std::vector<int64_t>(m.vocab * m.d, 1)};
   WriteShards(tensors);
   ExpectLoadError(StatusCode::kInvalidArgument, {"'model.transformer.ff_out.weight'", "I32"});
+}
+
+// --- Sharded checkpoints with model.safetensors.index.json ---
+
+class IndexedCheckpointTest : public WeightsTest {
+ protected:
+  // A LLaDA folder in 3 bf16 shards with an index; returns the index written.
+  json WriteIndexed(const Dims& m = Dims(), uint32_t seed = 30) {
+    WriteConfig(LLaDAConfig(m));
+    tensors_ = RandomTensors(Architecture::kLLaDA, m, DType::kBF16, true, seed);
+    StatusOr<json> index = testing::WriteCheckpoint(dir_.path(), tensors_, 3, true);
+    EXPECT_TRUE(index.ok());
+    return index.ok() ? *index : json();
+  }
+  void RewriteIndex(const json& index) { std::ofstream(dir_.File(kCheckpointIndexFile)) << index.dump(1); }
+  std::vector<TensorToWrite> tensors_;
+};
+
+TEST_F(IndexedCheckpointTest, LoadsShardsByIndexAndKeepsBf16Mapped) {
+  const json index = WriteIndexed();
+  StatusOr<LoadedModel> model = Load();
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  ExpectWeightsMatch(*model, tensors_);
+  EXPECT_EQ(model->files.size(), 3u);
+  // Every matrix is a view into the mapping, in bf16: mapped bytes are the matrices' 2 bytes
+  // per element; only the norms were copied (as fp32).
+  uint64_t matrix_bytes = 0, vector_bytes = 0;
+  for (const TensorToWrite& t : tensors_) (t.shape.size() == 2 ? matrix_bytes : vector_bytes) += t.floats.size() * 2;
+  EXPECT_EQ(model->mapped_bytes, matrix_bytes);
+  EXPECT_EQ(model->owned_bytes, vector_bytes * 2);
+  EXPECT_EQ(model->weights.layers[0].wq.type, WeightType::kBF16);
+  EXPECT_EQ(model->weights.layers[0].wq.ptr(), nullptr);  // no fp32 copy exists
+  EXPECT_EQ(index["metadata"]["total_size"].get<uint64_t>(), matrix_bytes + vector_bytes);
+}
+
+TEST_F(IndexedCheckpointTest, StrayShardsOutsideTheIndexAreNotOpened) {
+  WriteIndexed();
+  std::ofstream(dir_.File("consolidated.safetensors")) << "not a safetensors file";
+  StatusOr<LoadedModel> model = Load();
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_EQ(model->files.size(), 3u);
+}
+
+TEST_F(IndexedCheckpointTest, MissingShard) {
+  WriteIndexed();
+  const std::string shard = dir_.File(testing::ShardName(1, 3));
+  std::filesystem::remove(shard);
+  ExpectLoadError(StatusCode::kNotFound, {"names shard 'model-00002-of-00003.safetensors'", shard,
+                                          "does not exist"});
+}
+
+TEST_F(IndexedCheckpointTest, IndexNamesATensorItsShardLacks) {
+  json index = WriteIndexed();
+  index["weight_map"]["model.transformer.blocks.7.q_proj.weight"] = testing::ShardName(0, 3);
+  RewriteIndex(index);
+  ExpectLoadError(StatusCode::kDataLoss, {"maps tensor 'model.transformer.blocks.7.q_proj.weight'",
+                                          testing::ShardName(0, 3), "which has no such tensor"});
+}
+
+TEST_F(IndexedCheckpointTest, IndexPutsATensorInTheWrongShard) {
+  json index = WriteIndexed();
+  const std::string name = "model.transformer.blocks.0.q_proj.weight";
+  const std::string actual = index["weight_map"][name];
+  index["weight_map"][name] = actual == testing::ShardName(0, 3) ? testing::ShardName(1, 3) : testing::ShardName(0, 3);
+  RewriteIndex(index);
+  ExpectLoadError(StatusCode::kDataLoss, {"'" + name + "'", "which has no such tensor"});
+}
+
+TEST_F(IndexedCheckpointTest, TensorInAShardButMappedElsewhere) {
+  json index = WriteIndexed();
+  // A tensor both shards hold would be a duplicate; instead the index maps a tensor of shard
+  // 1 to shard 2 while shard 2 really holds a copy under that name.
+  const std::string name = "model.transformer.ln_f.weight";
+  const std::string real = index["weight_map"][name];
+  const std::string other = real == testing::ShardName(2, 3) ? testing::ShardName(0, 3) : testing::ShardName(2, 3);
+  std::vector<TensorToWrite> other_tensors;
+  for (size_t i = 0; i < tensors_.size(); ++i)
+    if (index["weight_map"][tensors_[i].name] == other) other_tensors.push_back(tensors_[i]);
+  for (const TensorToWrite& t : tensors_)
+    if (t.name == name) other_tensors.push_back(t);
+  ASSERT_TRUE(WriteSafetensors(dir_.File(other), other_tensors).ok());
+  // The index still maps `name` to its original shard: the copy in `other` contradicts it.
+  ExpectLoadError(StatusCode::kDataLoss, {"tensor '" + name + "' is in", other, "maps it to '" + real + "'"});
+}
+
+TEST_F(IndexedCheckpointTest, NeededTensorMissingFromTheIndex) {
+  json index = WriteIndexed();
+  index["weight_map"].erase("model.transformer.blocks.1.ff_norm.weight");
+  RewriteIndex(index);
+  ExpectLoadError(StatusCode::kNotFound, {"'model.transformer.blocks.1.ff_norm.weight' is not in",
+                                          kCheckpointIndexFile});
+}
+
+TEST_F(IndexedCheckpointTest, TruncatedShard) {
+  WriteIndexed();
+  const std::string shard = dir_.File(testing::ShardName(2, 3));
+  std::filesystem::resize_file(shard, std::filesystem::file_size(shard) - 10);
+  ExpectLoadError(StatusCode::kDataLoss, {shard, "truncated"});
+}
+
+TEST_F(IndexedCheckpointTest, DtypeAndShapeMismatchesInAShard) {
+  json index = WriteIndexed();
+  const std::string name = "model.transformer.blocks.1.k_proj.weight";
+  const std::string shard = index["weight_map"][name];
+  auto rewrite = [&](const std::function<void(TensorToWrite*)>& change) {
+    std::vector<TensorToWrite> part;
+    for (TensorToWrite t : tensors_) {
+      if (index["weight_map"][t.name] != shard) continue;
+      if (t.name == name) change(&t);
+      part.push_back(std::move(t));
+    }
+    ASSERT_TRUE(WriteSafetensors(dir_.File(shard), part).ok());
+  };
+  rewrite([](TensorToWrite* t) {
+    t->dtype = DType::kI64;
+    t->ints.assign(t->floats.size(), 3);
+    t->floats.clear();
+  });
+  ExpectLoadError(StatusCode::kInvalidArgument, {dir_.File(shard), "'" + name + "'", "dtype I64", "not a float dtype"});
+  rewrite([](TensorToWrite* t) { t->shape = {t->shape[0] / 2, t->shape[1] * 2}; });
+  ExpectLoadError(StatusCode::kInvalidArgument, {"'" + name + "' has shape [8,32] but config.json implies [16,16]"});
+}
+
+TEST_F(WeightsTest, F64TensorIsUnimplemented) {
+  const Dims m;
+  WriteConfig(LLaDAConfig(m));
+  auto tensors = RandomTensors(Architecture::kLLaDA, m, DType::kF32, true, 31);
+  std::erase_if(tensors, [](const TensorToWrite& t) { return t.name == "model.transformer.ln_f.weight"; });
+  ASSERT_TRUE(WriteSafetensors(dir_.File("model-00001-of-00002.safetensors"), tensors).ok());
+  // The writer has no F64; the second shard is written by hand: ln_f as F64 zeros.
+  std::string header = json{{"model.transformer.ln_f.weight",
+                             {{"dtype", "F64"}, {"shape", {m.d}}, {"data_offsets", {0, 8 * m.d}}}}}.dump();
+  header.append((8 - header.size() % 8) % 8, ' ');
+  const uint64_t len = header.size();
+  std::string bytes(reinterpret_cast<const char*>(&len), 8);
+  bytes += header + std::string(8 * m.d, '\0');
+  std::ofstream(dir_.File("model-00002-of-00002.safetensors"), std::ios::binary) << bytes;
+  ExpectLoadError(StatusCode::kUnimplemented,
+                  {"'model.transformer.ln_f.weight' has dtype F64", "supported: F32, BF16, F16"});
+}
+
+TEST(CheckpointIndexTest, ParsesAndRefusesMalformedIndexes) {
+  StatusOr<CheckpointIndex> ok = ParseCheckpointIndex(
+      R"({"metadata": {"total_size": 16031162368}, "weight_map": {"a": "model-00001-of-00002.safetensors",
+          "b": "model-00002-of-00002.safetensors", "c": "model-00001-of-00002.safetensors"}})", "idx");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(*ok->total_size, 16031162368ull);
+  EXPECT_EQ(ok->shards(), (std::vector<std::string>{"model-00001-of-00002.safetensors",
+                                                    "model-00002-of-00002.safetensors"}));
+  EXPECT_TRUE(ParseCheckpointIndex(R"({"weight_map": {"a": "x.safetensors"}, "metadata": {"total_size": 12.0}})", "i").ok());
+  auto bad = [](const std::string& text, const std::string& what) {
+    StatusOr<CheckpointIndex> r = ParseCheckpointIndex(text, "idx.json");
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+    EXPECT_THAT(r.status().message(), HasSubstr("idx.json"));
+    EXPECT_THAT(r.status().message(), HasSubstr(what)) << r.status().ToString();
+  };
+  bad("{", "not valid JSON");
+  bad("[]", "not a JSON object");
+  bad(R"({"metadata": {}})", "missing 'weight_map'");
+  bad(R"({"weight_map": []})", "'weight_map' must be an object");
+  bad(R"({"weight_map": {}})", "'weight_map' is empty");
+  bad(R"({"weight_map": {"a": 3}})", "weight_map['a'] must be a shard file name");
+  bad(R"({"weight_map": {"a": "../../etc/passwd.safetensors"}})", "not a path");
+  bad(R"({"weight_map": {"a": "/abs.safetensors"}})", "not a path");
+  bad(R"({"weight_map": {"a": "model.bin"}})", "must end in .safetensors");
+  bad(R"({"weight_map": {"a": ".safetensors"}})", "must end in .safetensors");
+  bad(R"({"weight_map": {"a": ""}})", "empty file name");
+  bad(R"({"weight_map": {"": "x.safetensors"}})", "empty tensor name");
+  bad(R"({"weight_map": {"a": "x.safetensors", "a": "y.safetensors"}})", "appears twice");
+  bad(R"({"metadata": [], "weight_map": {"a": "x.safetensors"}})", "'metadata' must be an object");
+  bad(R"({"metadata": {"total_size": -1}, "weight_map": {"a": "x.safetensors"}})", "total_size");
+  bad(R"({"metadata": {"total_size": "16"}, "weight_map": {"a": "x.safetensors"}})", "total_size");
+}
+
+TEST_F(IndexedCheckpointTest, MalformedIndexFileIsNamed) {
+  WriteIndexed();
+  std::ofstream(dir_.File(kCheckpointIndexFile)) << R"({"weight_map": {"x": "../outside.safetensors"}})";
+  ExpectLoadError(StatusCode::kInvalidArgument, {dir_.File(kCheckpointIndexFile), "not a path"});
+}
+
+// --- Special tokens from the folder's config files ---
+
+TEST(SpecialTokensTest, PublishedLLaDAFolder) {
+  const std::string dir = std::string(TEDI_SOURCE_DIR) + "/tests/fixtures/published_configs/llada-8b-instruct";
+  std::ifstream f(dir + "/config.json");
+  const std::string text((std::istreambuf_iterator<char>(f)), {});
+  StatusOr<ModelConfig> c = ModelConfig::FromJson(text);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_TRUE(LoadSpecialTokens(dir, &*c).ok());
+  EXPECT_EQ(c->mask_token_id, 126336);
+  EXPECT_EQ(c->eos_token_id, 126081);
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int32_t>{126081}));  // tokenizer_config's eos is the same
+  EXPECT_EQ(c->pad_token_id, 126081);
+  EXPECT_EQ(c->bos_token_id, 126080);  // from tokenizer_config's bos_token via added_tokens_decoder
+}
+
+TEST(SpecialTokensTest, PublishedDreamFolder) {
+  const std::string dir = std::string(TEDI_SOURCE_DIR) + "/tests/fixtures/published_configs/dream-v0-instruct-7b";
+  std::ifstream f(dir + "/config.json");
+  const std::string text((std::istreambuf_iterator<char>(f)), {});
+  StatusOr<ModelConfig> c = ModelConfig::FromJson(text);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_TRUE(LoadSpecialTokens(dir, &*c).ok());  // generation_config's mask_token_id is null
+  EXPECT_EQ(c->mask_token_id, 151666);
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int32_t>{151643}));
+  EXPECT_EQ(c->bos_token_id, 151643);
+  EXPECT_EQ(c->pad_token_id, 151643);
+}
+
+class SpecialTokensFolderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Dims m;
+    m.vocab = 200;
+    config_ = *ModelConfig::FromJson(LLaDAConfig(m).dump());
+  }
+  void Write(const std::string& name, const std::string& text) { std::ofstream(dir_.File(name)) << text; }
+  Status Run() { return LoadSpecialTokens(dir_.path().string(), &config_); }
+  ModelConfig config_;
+  TempDir dir_{"tedi_special_tokens"};
+};
+
+TEST_F(SpecialTokensFolderTest, EosSetIsTheUnionInOrder) {
+  Write("generation_config.json", R"({"eos_token_id": [0, 150, 0], "pad_token_id": null, "bos_token_id": 7})");
+  Write("tokenizer_config.json",
+        R"({"eos_token": {"content": "<|eot_id|>", "__type": "AddedToken"},
+            "added_tokens_decoder": {"151": {"content": "<|eot_id|>"}}})");
+  ASSERT_TRUE(Run().ok());
+  EXPECT_EQ(config_.eos_token_id, 0);
+  EXPECT_EQ(config_.eos_token_ids, (std::vector<int32_t>{0, 150, 151}));
+  EXPECT_TRUE(config_.IsEos(150));
+  EXPECT_TRUE(config_.IsEos(151));
+  EXPECT_FALSE(config_.IsEos(1));
+  EXPECT_EQ(config_.bos_token_id, 7);
+  EXPECT_EQ(config_.pad_token_id, -1);
+}
+
+TEST_F(SpecialTokensFolderTest, EosTokenResolvedThroughTokenizerJson) {
+  Write("tokenizer_config.json", R"({"eos_token": "<|im_end|>"})");
+  Write("tokenizer.json", R"({"added_tokens": [{"id": 12, "content": "<|x|>"}, {"id": 99, "content": "<|im_end|>"}],
+                              "model": {"type": "BPE", "vocab": {"a": 5}}})");
+  ASSERT_TRUE(Run().ok());
+  EXPECT_EQ(config_.eos_token_ids, (std::vector<int32_t>{0, 99}));
+}
+
+TEST_F(SpecialTokensFolderTest, Errors) {
+  auto expect = [&](const std::string& file, const std::string& text, const std::vector<std::string>& needles) {
+    SetUp();
+    std::filesystem::remove(dir_.File("generation_config.json"));
+    std::filesystem::remove(dir_.File("tokenizer_config.json"));
+    Write(file, text);
+    const Status s = Run();
+    ASSERT_FALSE(s.ok()) << text;
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    for (const std::string& n : needles) EXPECT_THAT(s.message(), HasSubstr(n));
+  };
+  expect("generation_config.json", R"({"eos_token_id": 200})", {"eos_token_id 200 is outside the vocabulary"});
+  expect("generation_config.json", R"({"eos_token_id": 1})", {"mask_token_id 1 is also an eos_token_id"});
+  expect("generation_config.json", R"({"eos_token_id": "2"})", {dir_.File("generation_config.json"), "eos_token_id"});
+  expect("generation_config.json", R"({"mask_token_id": 5})", {"disagrees with config.json's 1"});
+  expect("generation_config.json", "[1]", {"not a JSON object"});
+  expect("generation_config.json", "{", {"not valid JSON"});
+  expect("tokenizer_config.json", R"({"eos_token": "<|nope|>"})",
+         {dir_.File("tokenizer_config.json"), "'eos_token' is '<|nope|>'", "neither"});
+  expect("tokenizer_config.json", R"({"eos_token": 5})", {"'eos_token' must be a token string"});
+  expect("tokenizer_config.json", R"({"eos_token": "<e>", "added_tokens_decoder": {"x1": {"content": "<e>"}}})",
+         {"added_tokens_decoder key 'x1' is not a token id"});
 }
 
 }  // namespace
