@@ -286,32 +286,45 @@ TEST(ServeTest, ApiKeyIsRequiredWhenSet) {
   EXPECT_EQ(ok->status, 200) << ok->body;
 }
 
-// kill -9 of a worker under load: every request completes (its steps resume on the other
-// worker or on the restarted one), the failure is counted.
-TEST(ServeTest, KilledWorkerLosesNoRequest) {
-  Server s;
-  ASSERT_GT(s.port(), 0) << s.Log();
-  auto problems = Heldout(40);
+// Sends every problem from 8 client threads (SLO 20 s) and runs `during` 100 ms in, while
+// they send; returns {answered with 200, anything else}.
+std::pair<int, int> SendWhile(const Server& s, const std::vector<Problem>& problems,
+                              const std::function<void()>& during) {
   std::atomic<int> ok{0}, bad{0};
   std::vector<std::thread> clients;
   for (int t = 0; t < 8; ++t)
     clients.emplace_back([&, t] {
       for (size_t i = static_cast<size_t>(t); i < problems.size(); i += 8) {
         int status = 0;
-        json r = Post(s, "/v1/completions", {{"prompt", problems[i].prompt}, {"slo_ms", 20000}}, &status);
+        Post(s, "/v1/completions", {{"prompt", problems[i].prompt}, {"slo_ms", 20000}}, &status);
         (status == 200 ? ok : bad)++;
       }
     });
-  // Kill one worker (a child of the server's local agent) while requests run.
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  const std::vector<pid_t> agents = ChildrenOf(s.pid());
-  ASSERT_EQ(agents.size(), 1u) << "the server should have one child, its local agent";
-  const std::vector<pid_t> workers = ChildrenOf(agents[0]);
-  ASSERT_EQ(workers.size(), 2u) << "the agent should run two workers";
-  kill(workers[0], SIGKILL);
+  during();
   for (auto& c : clients) c.join();
-  EXPECT_EQ(ok.load(), 40) << s.Log();
-  EXPECT_EQ(bad.load(), 0);
+  return {ok.load(), bad.load()};
+}
+
+// kill -9 of a worker under load: every request completes (its steps resume on the other
+// worker or on the restarted one), the failure is counted.
+TEST(ServeTest, KilledWorkerLosesNoRequest) {
+  Server s;
+  ASSERT_GT(s.port(), 0) << s.Log();
+  // Kill one worker (a child of the server's local agent) while requests run.
+  size_t agents = 0, workers = 0;
+  auto [ok, bad] = SendWhile(s, Heldout(40), [&] {
+    const std::vector<pid_t> a = ChildrenOf(s.pid());
+    agents = a.size();
+    if (agents != 1) return;
+    const std::vector<pid_t> w = ChildrenOf(a[0]);
+    workers = w.size();
+    if (!w.empty()) kill(w[0], SIGKILL);
+  });
+  ASSERT_EQ(agents, 1u) << "the server should have one child, its local agent";
+  ASSERT_EQ(workers, 2u) << "the agent should run two workers";
+  EXPECT_EQ(ok, 40) << s.Log();
+  EXPECT_EQ(bad, 0);
   auto m = s.Client().Get("/metrics");
   ASSERT_TRUE(m);
   EXPECT_NE(m->body.find("tediserve_worker_failures_total 1"), std::string::npos) << m->body;
@@ -338,24 +351,14 @@ json WaitHealthy(const Server& s, int up, double timeout_s) {
 TEST(ServeTest, KilledAgentLosesNoRequest) {
   Server s;
   ASSERT_GT(s.port(), 0) << s.Log();
-  auto problems = Heldout(40);
-  std::atomic<int> ok{0}, bad{0};
-  std::vector<std::thread> clients;
-  for (int t = 0; t < 8; ++t)
-    clients.emplace_back([&, t] {
-      for (size_t i = static_cast<size_t>(t); i < problems.size(); i += 8) {
-        int status = 0;
-        json r = Post(s, "/v1/completions", {{"prompt", problems[i].prompt}, {"slo_ms", 20000}}, &status);
-        (status == 200 ? ok : bad)++;
-      }
-    });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  const std::vector<pid_t> agents = ChildrenOf(s.pid());
+  std::vector<pid_t> agents;
+  auto [ok, bad] = SendWhile(s, Heldout(40), [&] {
+    agents = ChildrenOf(s.pid());
+    if (agents.size() == 1) kill(agents[0], SIGKILL);
+  });
   ASSERT_EQ(agents.size(), 1u);
-  kill(agents[0], SIGKILL);
-  for (auto& c : clients) c.join();
-  EXPECT_EQ(ok.load(), 40) << s.Log();
-  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(ok, 40) << s.Log();
+  EXPECT_EQ(bad, 0);
   json h = WaitHealthy(s, 2, 30);
   ASSERT_EQ(h.value("instances_up", -1), 2) << h.dump() << s.Log();
   ASSERT_EQ(h["agents"].size(), 1u);
@@ -401,23 +404,12 @@ TEST(ServeTest, AgentsOnSeveralLoopbackAddressesJoinAndSurviveAKill) {
       const std::string log((std::istreambuf_iterator<char>(f)), {});
       EXPECT_NE(log.find("cluster token"), std::string::npos) << log;
     }
-    auto problems = Heldout(40);
-    std::atomic<int> ok{0}, bad{0};
-    std::vector<std::thread> clients;
-    for (int t = 0; t < 8; ++t)
-      clients.emplace_back([&, t] {
-        for (size_t i = static_cast<size_t>(t); i < problems.size(); i += 8) {
-          int status = 0;
-          Post(s, "/v1/completions", {{"prompt", problems[i].prompt}, {"slo_ms", 20000}}, &status);
-          (status == 200 ? ok : bad)++;
-        }
-      });
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    kill(agent_pids[0], SIGKILL);
-    waitpid(agent_pids[0], nullptr, 0);
-    for (auto& c : clients) c.join();
-    EXPECT_EQ(ok.load(), 40) << s.Log();
-    EXPECT_EQ(bad.load(), 0);
+    auto [ok, bad] = SendWhile(s, Heldout(40), [&] {
+      kill(agent_pids[0], SIGKILL);
+      waitpid(agent_pids[0], nullptr, 0);
+    });
+    EXPECT_EQ(ok, 40) << s.Log();
+    EXPECT_EQ(bad, 0);
     h = WaitHealthy(s, 1, 10);
     EXPECT_EQ(h.value("instances_up", -1), 1) << h.dump();
     // node-a comes back: its instance starts again there.
