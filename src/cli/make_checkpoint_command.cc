@@ -130,8 +130,10 @@ void FillRandom(const engine::TensorSpec& t, size_t index, uint64_t offset, std:
 CLI::App* AddMakeCheckpointCommand(CLI::App& app, MakeCheckpointArgs* a) {
   CLI::App* c = app.add_subcommand(
       "make-checkpoint", "write a random-weight checkpoint in a published layout (sharded safetensors + index)");
-  c->add_option("--preset", a->preset, "llada-8b (GSAI-ML/LLaDA-8B-Instruct shapes) or dream-7b")
-      ->check(CLI::IsMember({"llada-8b", "dream-7b"}));
+  c->add_option("--preset", a->preset,
+                "llada-8b (GSAI-ML/LLaDA-8B-Instruct's config and shapes), dream-7b (Dream-v0-Instruct-7B's), or "
+                "llada-test / dream-test (the same configs at tiny dimensions, for tests)")
+      ->check(CLI::IsMember({"llada-8b", "dream-7b", "llada-test", "dream-test"}));
   c->add_option("--out", a->out_dir, "folder to write (created; must be empty unless --force)")->required();
   c->add_option("--dtype", a->dtype, "bf16 (as published), f16 or f32")->check(CLI::IsMember({"bf16", "f16", "f32"}));
   c->add_option("--layers", a->layers, "number of layers (default: the preset's)")->check(CLI::Range(1, 1024));
@@ -142,8 +144,19 @@ CLI::App* AddMakeCheckpointCommand(CLI::App& app, MakeCheckpointArgs* a) {
 }
 
 int RunMakeCheckpoint(const MakeCheckpointArgs& a) {
-  json config = a.preset == "dream-7b" ? Dream7BConfig() : LLaDA8BConfig();
-  if (a.layers > 0) config[a.preset == "dream-7b" ? "num_hidden_layers" : "n_layers"] = a.layers;
+  const bool dream = a.preset.rfind("dream", 0) == 0;
+  json config = dream ? Dream7BConfig() : LLaDA8BConfig();
+  // The test presets: the published config files with small dimensions (tests of the whole
+  // published layout, from make-checkpoint through loading and running, in seconds). Dream
+  // keeps its GQA ratio (7 query heads per kv head), biases and shifted logits.
+  if (a.preset == "llada-test") {
+    config.update({{"d_model", 64}, {"n_heads", 4}, {"n_kv_heads", 4}, {"n_layers", 2}, {"mlp_hidden_size", 96},
+                   {"max_sequence_length", 256}});
+  } else if (a.preset == "dream-test") {
+    config.update({{"hidden_size", 56}, {"num_attention_heads", 7}, {"num_key_value_heads", 1},
+                   {"num_hidden_layers", 2}, {"intermediate_size", 80}, {"max_position_embeddings", 256}});
+  }
+  if (a.layers > 0) config[dream ? "num_hidden_layers" : "n_layers"] = a.layers;
   StatusOr<engine::ModelConfig> c = engine::ModelConfig::FromJsonValue(config);
   if (!c.ok()) return ReportError(c.status());
   const engine::DType dtype = a.dtype == "f32" ? engine::DType::kF32
@@ -210,7 +223,7 @@ int RunMakeCheckpoint(const MakeCheckpointArgs& a) {
   const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
   if (Status s = write_json(engine::kCheckpointIndexFile, index); !s.ok()) return ReportError(s);
   if (Status s = write_json("config.json", config); !s.ok()) return ReportError(s);
-  if (a.preset == "dream-7b") {
+  if (dream) {
     // Dream-v0-Instruct-7B's generation_config.json ids (its sampling keys are not read).
     const json gen = {{"bos_token_id", 151643}, {"eos_token_id", 151643}, {"pad_token_id", 151643}};
     if (Status s = write_json("generation_config.json", gen); !s.ok()) return ReportError(s);

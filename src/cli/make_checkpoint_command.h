@@ -12,7 +12,7 @@
 namespace tediserve::cli {
 
 struct MakeCheckpointArgs {
-  std::string preset = "llada-8b";  // llada-8b | dream-7b
+  std::string preset = "llada-8b";  // llada-8b | dream-7b | llada-test | dream-test
   std::string out_dir;
   std::string dtype = "bf16";       // bf16 | f16 | f32
   int layers = 0;                   // 0: the preset's
