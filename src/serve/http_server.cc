@@ -222,8 +222,11 @@ void HttpServer::Routes() {
       RequestView v;
       bool cut = false;
       while (true) {
-        channel->Wait(v.version, 1.0, &v);
+        const bool changed = channel->Wait(v.version, 1.0, &v);
         if (v.done) break;
+        // Nothing new yet (still queued: before its first step the view has no output, which
+        // TextOf would take for a finished empty text and cut): wait on.
+        if (!changed) continue;
         if (!cut && TextOf(v.output, rt->tokenizer(), mask, creq->stop).finished) {
           rt->Cancel(channel->id());  // a stop sequence or EOS: nothing after it matters
           cut = true;
