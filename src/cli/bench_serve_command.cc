@@ -20,6 +20,7 @@
 #include <fstream>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -238,6 +239,15 @@ class ServerProcess {
 struct RunSpec {
   std::string label;   // policy name, or "server"
   double rate = 0;     // 0: not a rate sweep (trace, workload)
+  int round = 1, rounds = 1;  // --repeat
+  // For folders: tediserve_r800.00[_round2].
+  std::string Name() const {
+    return label + (rate > 0 ? "_r" + Fixed(rate, 2) : "") + (rounds > 1 ? "_round" + std::to_string(round) : "");
+  }
+  // For messages and tables: tediserve @ 800.00[ #2].
+  std::string Tag() const {
+    return label + (rate > 0 ? " @ " + Fixed(rate, 2) : "") + (rounds > 1 ? " #" + std::to_string(round) : "");
+  }
 };
 
 struct RunResult {
@@ -280,27 +290,43 @@ RunResult RunLoad(const Context& ctx, const Target& t, const RunSpec& spec,
   Warmup(ctx, t);
   auto before = Scrape(t);
 
+  // The connection pool. Idle connections form a stack: a request goes to the connection
+  // that finished last, so only as many connections are in use as requests are in flight
+  // (hundreds of barely used keep-alive connections slow the server down several-fold on
+  // this 2-core machine). A request due while every connection is busy waits in `queue`.
+  const size_t nthreads = std::min(plan.size(), static_cast<size_t>(a.connections));
+  out.connections = static_cast<int>(nthreads);
+  struct Slot {
+    std::condition_variable cv;
+    bool has_job = false;
+    size_t job = 0;
+  };
+  std::vector<Slot> slots(nthreads);
   std::mutex mu;
-  std::condition_variable cv;
+  std::vector<size_t> idle;  // slot indices, the most recently idle last
   std::deque<size_t> queue;
   bool closed = false;
   std::atomic<int64_t> sent{0}, done{0}, ok{0}, met{0};
-  std::atomic<int> ready{0}, busy{0};
   Clock::time_point t0;  // set once every connection thread waits, before the first send
 
-  auto worker = [&] {
+  auto worker = [&](size_t k) {
     httplib::Client c = MakeClient(t, a.timeout_s, a.api_key);
-    ++ready;
+    std::unique_lock<std::mutex> l(mu);
     while (true) {
       size_t i = 0;
-      {
-        std::unique_lock<std::mutex> l(mu);
-        cv.wait(l, [&] { return closed || !queue.empty(); });
-        if (queue.empty()) return;
+      if (!queue.empty()) {
         i = queue.front();
         queue.pop_front();
-        ++busy;
+      } else if (closed) {
+        return;
+      } else {
+        idle.push_back(k);
+        slots[k].cv.wait(l, [&] { return slots[k].has_job || closed; });
+        if (!slots[k].has_job) return;  // closed while idle (it left `idle` with the close)
+        slots[k].has_job = false;
+        i = slots[k].job;
       }
+      l.unlock();
       const loadgen::PlannedRequest& p = plan[i];
       const engine::TaskProblem& prob = (*ctx.problems)[p.problem];
       loadgen::RequestResult& r = out.requests[i];
@@ -326,24 +352,27 @@ RunResult RunLoad(const Context& ctx, const Target& t, const RunSpec& spec,
       ok += r.outcome == "ok";
       met += r.slo_met;
       ++done;
-      --busy;
+      l.lock();
     }
   };
-  const size_t nthreads = std::min(plan.size(), static_cast<size_t>(a.connections));
-  out.connections = static_cast<int>(nthreads);
   std::vector<std::thread> threads;
-  for (size_t i = 0; i < nthreads; ++i) threads.emplace_back(worker);
-  while (ready.load() < static_cast<int>(nthreads)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  {
-    std::lock_guard<std::mutex> l(mu);
-    t0 = Clock::now();
+  for (size_t k = 0; k < nthreads; ++k) threads.emplace_back(worker, k);
+  while (true) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (idle.size() == nthreads) {
+        t0 = Clock::now();
+        break;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 
   // Progress on stderr, and the server's gauges for the timeline.
   std::atomic<bool> finished{false};
   std::mutex pmu;
   std::condition_variable pcv;
-  const std::string tag = spec.label + (spec.rate > 0 ? " @ " + Fixed(spec.rate, 2) + " req/s" : "");
+  const std::string tag = spec.Tag();
   std::thread progress([&] {
     int tick = 0;
     while (true) {
@@ -376,18 +405,25 @@ RunResult RunLoad(const Context& ctx, const Target& t, const RunSpec& spec,
   for (size_t i = 0; i < plan.size(); ++i) {
     std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(plan[i].send_s)));
-    {
-      std::lock_guard<std::mutex> l(mu);
-      if (busy.load() + static_cast<int>(queue.size()) >= static_cast<int>(nthreads)) ++out.sends_all_busy;
+    std::unique_lock<std::mutex> l(mu);
+    if (idle.empty()) {
+      ++out.sends_all_busy;
       queue.push_back(i);
+      continue;
     }
-    cv.notify_one();
+    Slot& slot = slots[idle.back()];
+    idle.pop_back();
+    slot.job = i;
+    slot.has_job = true;
+    l.unlock();
+    slot.cv.notify_one();
   }
   {
     std::lock_guard<std::mutex> l(mu);
     closed = true;
+    for (size_t k : idle) slots[k].cv.notify_one();
+    idle.clear();
   }
-  cv.notify_all();
   for (auto& th : threads) th.join();
   finished = true;
   pcv.notify_all();
@@ -431,6 +467,31 @@ json RequestJson(const loadgen::RequestResult& r, const engine::TaskProblem& p) 
   return j;
 }
 
+std::vector<loadgen::Aggregate> Aggregates(const std::vector<RunResult>& runs) {
+  std::vector<loadgen::RunSummary> rs;
+  for (const auto& r : runs) rs.push_back({r.spec.label, r.spec.rate, r.summary});
+  return loadgen::AggregateRuns(rs);
+}
+
+// Per policy (in order), its goodput rate; empty unless some policy ran at several rates.
+std::vector<std::pair<std::string, std::optional<double>>> GoodputRates(const std::vector<loadgen::Aggregate>& agg,
+                                                                        double target) {
+  std::vector<std::string> order;
+  std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> by_label;
+  bool sweep = false;
+  for (const auto& a : agg) {
+    if (a.rate <= 0) continue;
+    if (!by_label.count(a.label)) order.push_back(a.label);
+    by_label[a.label].first.push_back(a.rate);
+    by_label[a.label].second.push_back(a.attainment);
+    sweep = sweep || by_label[a.label].first.size() > 1;
+  }
+  std::vector<std::pair<std::string, std::optional<double>>> out;
+  if (!sweep) return out;
+  for (const auto& l : order) out.emplace_back(l, loadgen::GoodputRate(by_label[l].first, by_label[l].second, target));
+  return out;
+}
+
 void PrintTable(const std::vector<RunResult>& runs, double target) {
   std::printf("\n%-16s %8s %6s %9s %9s %8s %8s %8s %8s %8s %9s %7s %7s %8s %7s %10s %7s\n", "policy", "rate", "reqs",
               "attain", "(server)", "mean_ms", "p50_ms", "p90_ms", "p99_ms", "accuracy", "goodput/s", "thresh",
@@ -438,7 +499,8 @@ void PrintTable(const std::vector<RunResult>& runs, double target) {
   for (const auto& r : runs) {
     const auto& s = r.summary;
     const int64_t errors = s.requests - s.completed;
-    std::printf("%-16s %8s %6lld %9s %9s %8s %8s %8s %8s %8s %9s %7s %7s %8s %7lld %10s %7s\n", r.spec.label.c_str(),
+    const std::string who = r.spec.label + (r.spec.rounds > 1 ? " #" + std::to_string(r.spec.round) : "");
+    std::printf("%-16s %8s %6lld %9s %9s %8s %8s %8s %8s %8s %9s %7s %7s %8s %7lld %10s %7s\n", who.c_str(),
                 r.spec.rate > 0 ? Fixed(r.spec.rate, 2).c_str() : "-", static_cast<long long>(s.requests),
                 Pct(s.attainment).c_str(), Pct(s.attainment_server).c_str(), Fixed(1000 * s.latency_mean_s, 1).c_str(),
                 Fixed(1000 * s.latency_p50_s, 1).c_str(), Fixed(1000 * s.latency_p90_s, 1).c_str(),
@@ -452,22 +514,21 @@ void PrintTable(const std::vector<RunResult>& runs, double target) {
     std::string kinds;
     for (const auto& [k, n] : r.summary.outcomes)
       if (k != "ok") kinds += (kinds.empty() ? "" : ", ") + k + " " + std::to_string(n);
-    if (!kinds.empty()) std::printf("%s%s: failed requests: %s\n", r.spec.label.c_str(),
-                                    r.spec.rate > 0 ? (" @ " + Fixed(r.spec.rate, 2)).c_str() : "", kinds.c_str());
+    if (!kinds.empty()) std::printf("%s: failed requests: %s\n", r.spec.Tag().c_str(), kinds.c_str());
     if (r.sends_all_busy > 0)
       std::printf("%s: %lld requests were due while all %d connections were busy and went late (mean send lag "
                   "%.1f ms, max %.1f ms): raise --connections\n",
-                  r.spec.label.c_str(), static_cast<long long>(r.sends_all_busy), r.connections,
+                  r.spec.Tag().c_str(), static_cast<long long>(r.sends_all_busy), r.connections,
                   1000 * r.summary.send_lag_mean_s, 1000 * r.summary.send_lag_max_s);
     else if (r.summary.send_lag_max_s > 0.05)
       std::printf("%s: the client sent late (mean %.1f ms, max %.1f ms behind the arrival times) with connections "
                   "free: this machine is busy\n",
-                  r.spec.label.c_str(), 1000 * r.summary.send_lag_mean_s, 1000 * r.summary.send_lag_max_s);
+                  r.spec.Tag().c_str(), 1000 * r.summary.send_lag_mean_s, 1000 * r.summary.send_lag_max_s);
   }
   std::printf("\nScheduler overhead from /metrics (policy time per step batch / step time):\n");
   for (const auto& r : runs) {
     const auto& o = r.overhead;
-    const std::string tag = r.spec.label + (r.spec.rate > 0 ? " @ " + Fixed(r.spec.rate, 2) : "");
+    const std::string tag = r.spec.Tag();
     if (!o.valid) {
       std::printf("  %-24s not available%s%s\n", tag.c_str(), r.overhead_error.empty() ? "" : ": ",
                   r.overhead_error.c_str());
@@ -478,23 +539,28 @@ void PrintTable(const std::vector<RunResult>& runs, double target) {
                 tag.c_str(), o.policy_ms_per_step, o.step_ms, 100 * o.overhead, o.batches, o.mean_batch,
                 100 * o.batches_over_4, 100 * o.batches_over_8);
   }
-  // Goodput: the highest rate each policy held at the target attainment.
-  std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> by_label;
-  std::vector<std::string> order;
-  for (const auto& r : runs) {
-    if (r.spec.rate <= 0) continue;
-    if (!by_label.count(r.spec.label)) order.push_back(r.spec.label);
-    by_label[r.spec.label].first.push_back(r.spec.rate);
-    by_label[r.spec.label].second.push_back(r.summary.attainment);
-  }
-  bool sweep = false;
-  for (const auto& [l, v] : by_label) sweep = sweep || v.first.size() > 1;
-  if (sweep) {
-    std::printf("\nGoodput (the highest rate with >= %.0f%% SLO attainment):\n", 100 * target);
-    for (const auto& l : order) {
-      auto g = loadgen::GoodputRate(by_label[l].first, by_label[l].second, target);
-      std::printf("  %-16s %s\n", l.c_str(), g ? (Fixed(*g, 2) + " req/s").c_str() : "none of the rates tried");
+  // Repeated rounds: the mean of each policy and rate.
+  const std::vector<loadgen::Aggregate> agg = Aggregates(runs);
+  if (!runs.empty() && runs.front().spec.rounds > 1) {
+    std::printf("\nMean over %d rounds (attainment and accuracy: mean [min, max]):\n", runs.front().spec.rounds);
+    std::printf("%-16s %8s %24s %24s %9s %9s %7s %7s\n", "policy", "rate", "attainment", "accuracy", "mean_ms",
+                "p99_ms", "thresh", "failed");
+    for (const auto& a : agg) {
+      const std::string att = Pct(a.attainment) + " [" + Pct(a.attainment_min) + ", " + Pct(a.attainment_max) + "]";
+      const std::string acc = Pct(a.accuracy) + " [" + Pct(a.accuracy_min) + ", " + Pct(a.accuracy_max) + "]";
+      std::printf("%-16s %8s %24s %24s %9s %9s %7s %7lld\n", a.label.c_str(), a.rate > 0 ? Fixed(a.rate, 2).c_str() : "-",
+                  att.c_str(), acc.c_str(), Fixed(1000 * a.latency_mean_s, 1).c_str(),
+                  Fixed(1000 * a.latency_p99_s, 1).c_str(), Fixed(a.mean_threshold, 3).c_str(),
+                  static_cast<long long>(a.failed));
     }
+  }
+  // Goodput: the highest rate each policy held at the target attainment.
+  const auto goodput = GoodputRates(agg, target);
+  if (!goodput.empty()) {
+    std::printf("\nGoodput (the highest rate with >= %.0f%% SLO attainment%s):\n", 100 * target,
+                runs.front().spec.rounds > 1 ? ", on the mean over rounds" : "");
+    for (const auto& [l, g] : goodput)
+      std::printf("  %-16s %s\n", l.c_str(), g ? (Fixed(*g, 2) + " req/s").c_str() : "none of the rates tried");
   }
   std::fflush(stdout);
 }
@@ -505,8 +571,7 @@ Status WritePlots(const std::string& dir, const std::vector<RunResult>& runs, do
   std::set<double> rates;
   for (const auto& r : runs) rates.insert(r.spec.rate);
   for (const auto& r : runs) {
-    const std::string name = r.spec.label + (r.spec.rate > 0 ? "_r" + Fixed(r.spec.rate, 2) : "");
-    const fs::path sub = fs::path(dir) / name;
+    const fs::path sub = fs::path(dir) / r.spec.Name();
     std::error_code ec;
     fs::create_directories(sub, ec);
     {
@@ -514,15 +579,24 @@ Status WritePlots(const std::string& dir, const std::vector<RunResult>& runs, do
       f << loadgen::TimelineCsv(r.requests, r.gauges, window_s);
       if (!f) return IoError("cannot write " + (sub / "timeline.csv").string());
     }
-    Status s = sim::PlotTimeline(sub.string(), "bench-serve: " + r.spec.label +
-                                                   (r.spec.rate > 0 ? " at " + Fixed(r.spec.rate, 2) + " req/s" : ""));
+    Status s = sim::PlotTimeline(sub.string(), "bench-serve: " + r.spec.Tag() + (r.spec.rate > 0 ? " req/s" : ""));
     if (!s.ok()) return s;
-    if (r.spec.rate > 0 && rates.size() > 1) {
+  }
+  // The sweep: one point per policy and rate (the mean over rounds; p50 is the rounds' mean p50).
+  if (rates.size() > 1) {
+    auto c = [](double v) { return std::isfinite(v) ? std::to_string(v) : std::string("nan"); };
+    for (const auto& a : Aggregates(runs)) {
+      if (a.rate <= 0) continue;
+      double p50 = 0;
+      int n = 0;
+      for (const auto& r : runs)
+        if (r.spec.label == a.label && r.spec.rate == a.rate) {
+          p50 += r.summary.latency_p50_s;
+          ++n;
+        }
       plotted_sweep = true;
-      const auto& m = r.summary;
-      auto c = [](double v) { return std::isfinite(v) ? std::to_string(v) : std::string("nan"); };
-      sweep += r.spec.label + "," + c(r.spec.rate) + "," + c(m.attainment) + "," + c(m.latency_mean_s) + "," +
-               c(m.latency_p50_s) + "," + c(m.latency_p99_s) + "," + c(m.accuracy) + "\n";
+      sweep += a.label + "," + c(a.rate) + "," + c(a.attainment) + "," + c(a.latency_mean_s) + "," + c(p50 / n) + "," +
+               c(a.latency_p99_s) + "," + c(a.accuracy) + "\n";
     }
   }
   if (plotted_sweep) {
@@ -575,6 +649,8 @@ CLI::App* AddBenchServeCommand(CLI::App& app, BenchServeArgs* a) {
   b->add_option("--timeout", a->timeout_s, "seconds one request may take")->check(CLI::Range(0.1, 86400.0));
   b->add_option("--warmup", a->warmup, "requests sent one by one before each run, not counted")
       ->check(CLI::Range(0, 10000));
+  b->add_option("--repeat", a->repeat, "rounds of every run (policies interleaved in each round), then the means")
+      ->check(CLI::Range(1, 100));
   b->add_option("--goodput-target", a->goodput_target, "attainment the goodput rate must hold")
       ->check(CLI::Range(0.0, 1.0));
   b->add_option("--window", a->window_s, "timeline window in seconds (--plots)")->check(CLI::Range(1e-3, 3600.0));
@@ -745,7 +821,8 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
         return ReportError(Unavailable(target.Url() + "/health answers HTTP " + std::to_string(h->status) + ": " +
                                        h->body.substr(0, 200)));
     }
-    for (const auto& p : plans) runs.push_back(RunLoad(ctx, target, {"server", p.rate}, p.plan));
+    for (int round = 1; round <= a.repeat; ++round)
+      for (const auto& p : plans) runs.push_back(RunLoad(ctx, target, {"server", p.rate, round, a.repeat}, p.plan));
   } else {
     int instances = 0;
     if (!a.layout.empty()) {
@@ -759,11 +836,13 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
     } else {
       instances = std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
     }
+    // Rounds outermost, policies innermost: on a shared machine each policy sees the same
+    // stretch of background load as the others, as nearly as can be.
+    for (int round = 1; round <= a.repeat; ++round)
     for (const auto& p : plans) {
       for (const auto& pol : a.policies) {
-        RunSpec spec{pol, p.rate};
-        const std::string name = pol + (p.rate > 0 ? "_r" + Fixed(p.rate, 2) : "");
-        const fs::path dir = a.plots_dir.empty() ? tmp.path() / name : fs::path(a.plots_dir) / name;
+        RunSpec spec{pol, p.rate, round, a.repeat};
+        const fs::path dir = a.plots_dir.empty() ? tmp.path() / spec.Name() : fs::path(a.plots_dir) / spec.Name();
         std::error_code ec;
         fs::create_directories(dir, ec);
         std::vector<std::string> args = {serve::SelfExe(), "serve", "--policy", pol, "--model", a.model_dir};
@@ -801,25 +880,21 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
     j["output_len"] = output_len;
     j["goodput_target"] = a.goodput_target;
     j["runs"] = json::array();
-    std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> sweep;
     for (const auto& r : runs) {
       json rj = {{"policy", r.spec.label}, {"rate", r.spec.rate > 0 ? json(r.spec.rate) : json(nullptr)},
-                 {"url", r.url}, {"summary", loadgen::ToJson(r.summary)}, {"overhead", loadgen::ToJson(r.overhead)},
-                 {"connections", r.connections}, {"sends_all_busy", r.sends_all_busy}};
+                 {"round", r.spec.round}, {"url", r.url}, {"summary", loadgen::ToJson(r.summary)},
+                 {"overhead", loadgen::ToJson(r.overhead)}, {"connections", r.connections},
+                 {"sends_all_busy", r.sends_all_busy}};
       json reqs = json::array();
       for (const auto& q : r.requests) reqs.push_back(RequestJson(q, (*problems)[q.problem]));
       rj["requests"] = std::move(reqs);
       j["runs"].push_back(std::move(rj));
-      if (r.spec.rate > 0) {
-        sweep[r.spec.label].first.push_back(r.spec.rate);
-        sweep[r.spec.label].second.push_back(r.summary.attainment);
-      }
     }
+    const auto agg = Aggregates(runs);
+    j["means"] = json::array();
+    for (const auto& x : agg) j["means"].push_back(loadgen::ToJson(x));
     json g = json::object();
-    for (const auto& [label, v] : sweep) {
-      auto rate = loadgen::GoodputRate(v.first, v.second, a.goodput_target);
-      g[label] = rate ? json(*rate) : json(nullptr);
-    }
+    for (const auto& [label, rate] : GoodputRates(agg, a.goodput_target)) g[label] = rate ? json(*rate) : json(nullptr);
     j["goodput_rate"] = g;
     std::ofstream f(a.json_out);
     f << j.dump(1) << "\n";

@@ -36,6 +36,7 @@ struct BenchServeArgs {
   int connections = 512;          // serve's --http-threads default
   double timeout_s = 120;
   int warmup = 8;
+  int repeat = 1;
   double goodput_target = 0.9;
   double window_s = 1;
   std::string json_out, plots_dir, trace_out;

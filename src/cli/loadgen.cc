@@ -337,6 +337,24 @@ namespace {
 json J(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 }  // namespace
 
+json ToJson(const Aggregate& a) {
+  return {{"policy", a.label},
+          {"rate", a.rate > 0 ? json(a.rate) : json(nullptr)},
+          {"runs", a.runs},
+          {"requests", a.requests},
+          {"failed", a.failed},
+          {"attainment", J(a.attainment)},
+          {"attainment_min", J(a.attainment_min)},
+          {"attainment_max", J(a.attainment_max)},
+          {"attainment_server", J(a.attainment_server)},
+          {"accuracy", J(a.accuracy)},
+          {"accuracy_min", J(a.accuracy_min)},
+          {"accuracy_max", J(a.accuracy_max)},
+          {"latency_mean_s", J(a.latency_mean_s)},
+          {"latency_p99_s", J(a.latency_p99_s)},
+          {"mean_threshold", J(a.mean_threshold)}};
+}
+
 json ToJson(const Summary& s) {
   return {{"requests", s.requests},
           {"completed", s.completed},
@@ -363,6 +381,47 @@ json ToJson(const Summary& s) {
           {"mean_steps", J(s.mean_steps)},
           {"send_lag_mean_s", J(s.send_lag_mean_s)},
           {"send_lag_max_s", J(s.send_lag_max_s)}};
+}
+
+std::vector<Aggregate> AggregateRuns(const std::vector<RunSummary>& runs) {
+  std::vector<Aggregate> out;
+  for (const RunSummary& r : runs) {
+    auto it = std::find_if(out.begin(), out.end(), [&](const Aggregate& a) { return a.label == r.label && a.rate == r.rate; });
+    const Summary& s = r.summary;
+    if (it == out.end()) {
+      Aggregate a;
+      a.label = r.label;
+      a.rate = r.rate;
+      a.attainment_min = a.accuracy_min = std::numeric_limits<double>::infinity();
+      a.attainment_max = a.accuracy_max = -std::numeric_limits<double>::infinity();
+      out.push_back(a);
+      it = out.end() - 1;
+    }
+    Aggregate& a = *it;
+    ++a.runs;
+    a.requests += s.requests;
+    a.failed += s.requests - s.completed;
+    a.attainment += s.attainment;
+    a.attainment_server += s.attainment_server;
+    a.accuracy += s.accuracy;
+    a.attainment_min = std::min(a.attainment_min, s.attainment);
+    a.attainment_max = std::max(a.attainment_max, s.attainment);
+    a.accuracy_min = std::min(a.accuracy_min, s.accuracy);
+    a.accuracy_max = std::max(a.accuracy_max, s.accuracy);
+    a.latency_mean_s += s.latency_mean_s;
+    a.latency_p99_s += s.latency_p99_s;
+    a.mean_threshold += s.mean_threshold;
+  }
+  for (Aggregate& a : out) {
+    const double n = a.runs;
+    a.attainment /= n;
+    a.attainment_server /= n;
+    a.accuracy /= n;
+    a.latency_mean_s /= n;  // NaN when a run completed nothing
+    a.latency_p99_s /= n;
+    a.mean_threshold /= n;
+  }
+  return out;
 }
 
 std::optional<double> GoodputRate(const std::vector<double>& rates, const std::vector<double>& attainment,

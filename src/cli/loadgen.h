@@ -144,6 +144,26 @@ struct Summary {
 Summary Summarize(const std::vector<RequestResult>& results);
 nlohmann::json ToJson(const Summary& s);
 
+// Several runs of the same policy and rate (repeated rounds on a noisy machine), averaged:
+// each summary counts once whatever its request count.
+struct RunSummary {
+  std::string label;  // the policy
+  double rate = 0;
+  Summary summary;
+};
+struct Aggregate {
+  std::string label;
+  double rate = 0;
+  int runs = 0;
+  int64_t requests = 0, failed = 0;  // summed over the runs
+  double attainment = 0, attainment_min = 0, attainment_max = 0, attainment_server = 0;
+  double accuracy = 0, accuracy_min = 0, accuracy_max = 0;
+  double latency_mean_s = 0, latency_p99_s = 0, mean_threshold = 0;
+};
+// One aggregate per (label, rate), in order of first appearance.
+std::vector<Aggregate> AggregateRuns(const std::vector<RunSummary>& runs);
+nlohmann::json ToJson(const Aggregate& a);
+
 // The highest rate whose attainment is at least `target` (0.9 in the paper); none if no rate
 // reaches it. rates[i] goes with attainment[i].
 std::optional<double> GoodputRate(const std::vector<double>& rates, const std::vector<double>& attainment,

@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <set>
 
@@ -19,20 +20,19 @@ namespace {
 using ::testing::HasSubstr;
 
 std::vector<engine::TaskProblem> Problems(size_t n) {
-  std::vector<engine::TaskProblem> out;
+  std::vector<engine::TaskProblem> out(n);
   for (size_t i = 0; i < n; ++i) {
-    engine::TaskProblem p;
-    p.task = i % 2 ? "add" : "sub";
-    // (append, not operator+: GCC 12 warns falsely about the concatenation, -Wrestrict)
-    p.prompt = "p";
-    p.prompt += std::to_string(i);
-    p.answer = "a";
-    p.answer += std::to_string(i);
-    p.ids.assign(3 + i % 4, 5);
-    out.push_back(p);
+    char prompt[32], answer[32];
+    std::snprintf(prompt, sizeof prompt, "p%zu", i);
+    std::snprintf(answer, sizeof answer, "a%zu", i);
+    out[i].task = i % 2 ? "add" : "sub";
+    out[i].prompt.assign(prompt);
+    out[i].answer.assign(answer);
+    out[i].ids.assign(3 + i % 4, 5);
   }
   return out;
 }
+
 
 TEST(LoadgenArrivals, PoissonMatchesTheSimulatorsArrivalTimes) {
   ArrivalOptions o;
@@ -286,6 +286,36 @@ TEST(LoadgenSummary, CountsPercentilesAndRates) {
   auto j = ToJson(s);
   EXPECT_EQ(j["requests"], 4);
   EXPECT_TRUE(ToJson(Summarize({}))["latency_mean_s"].is_null() || ToJson(Summarize({}))["latency_mean_s"] == 0);
+}
+
+TEST(LoadgenSummary, AggregatesRepeatedRunsByPolicyAndRate) {
+  auto run = [](const std::string& l, double rate, double att, double acc, double lat) {
+    RunSummary r;
+    r.label = l;
+    r.rate = rate;
+    r.summary.requests = 10;
+    r.summary.completed = 9;
+    r.summary.attainment = att;
+    r.summary.accuracy = acc;
+    r.summary.latency_mean_s = lat;
+    return r;
+  };
+  const auto a = AggregateRuns({run("x", 5, 0.8, 0.9, 0.1), run("y", 5, 0.5, 0.95, 0.2), run("x", 5, 0.6, 0.92, 0.3),
+                                run("x", 9, 0.1, 0.9, 0.5)});
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_EQ(a[0].label, "x");
+  EXPECT_EQ(a[0].rate, 5);
+  EXPECT_EQ(a[0].runs, 2);
+  EXPECT_EQ(a[0].requests, 20);
+  EXPECT_EQ(a[0].failed, 2);
+  EXPECT_NEAR(a[0].attainment, 0.7, 1e-12);
+  EXPECT_DOUBLE_EQ(a[0].attainment_min, 0.6);
+  EXPECT_DOUBLE_EQ(a[0].attainment_max, 0.8);
+  EXPECT_NEAR(a[0].accuracy, 0.91, 1e-12);
+  EXPECT_NEAR(a[0].latency_mean_s, 0.2, 1e-12);
+  EXPECT_EQ(a[1].label, "y");
+  EXPECT_EQ(a[2].rate, 9);
+  EXPECT_EQ(ToJson(a[0])["runs"], 2);
 }
 
 TEST(LoadgenSummary, GoodputIsTheHighestRateAtTarget) {

@@ -192,7 +192,7 @@ TEST(BenchServeTest, LoadAgainstARunningServerAddsUpAndGrades) {
   // The table and the progress.
   EXPECT_THAT(r.out, HasSubstr("attain"));
   EXPECT_THAT(r.out, HasSubstr("Scheduler overhead"));
-  EXPECT_THAT(r.err, HasSubstr("[server @ 40.00 req/s]"));
+  EXPECT_THAT(r.err, HasSubstr("[server @ 40.00] 30 requests, attainment"));
   // What was sent, as a simulator trace: one row per request.
   std::ifstream t(trace);
   int rows = 0;
@@ -222,21 +222,33 @@ TEST(BenchServeTest, ComparesPoliciesOnIdenticalArrivals) {
   const std::string js = d.File("cmp.json");
   const int n = 16;
   Result r = RunCli({"bench-serve", "--policies", "tediserve,infaas", "--rate", "30", "--requests", std::to_string(n),
-                  "--layout", "1,1", "--cores", "0,0", "--warmup", "2", "--json", js});
+                     "--layout", "1,1", "--cores", "0,0", "--warmup", "2", "--repeat", "2", "--json", js});
   ASSERT_EQ(r.code, 0) << r.Describe();
   const json j = json::parse(Slurp(js));
-  ASSERT_EQ(j["runs"].size(), 2u);
-  EXPECT_EQ(j["runs"][0]["policy"], "tediserve");
-  EXPECT_EQ(j["runs"][1]["policy"], "infaas");
-  for (const json& run : j["runs"]) CheckRun(run, n);
-  for (int i = 0; i < n; ++i) {
-    EXPECT_EQ(j["runs"][0]["requests"][i]["planned_s"], j["runs"][1]["requests"][i]["planned_s"]);
-    EXPECT_EQ(j["runs"][0]["requests"][i]["problem"], j["runs"][1]["requests"][i]["problem"]);
-    EXPECT_EQ(j["runs"][0]["requests"][i]["slo_s"], j["runs"][1]["requests"][i]["slo_s"]);
+  // Rounds outermost, policies interleaved within each.
+  ASSERT_EQ(j["runs"].size(), 4u);
+  const std::vector<std::pair<std::string, int>> order = {{"tediserve", 1}, {"infaas", 1}, {"tediserve", 2}, {"infaas", 2}};
+  for (size_t k = 0; k < 4; ++k) {
+    EXPECT_EQ(j["runs"][k]["policy"], order[k].first);
+    EXPECT_EQ(j["runs"][k]["round"], order[k].second);
+    CheckRun(j["runs"][k], n);
   }
-  // One table row per policy.
-  EXPECT_THAT(r.out, HasSubstr("tediserve "));
-  EXPECT_THAT(r.out, HasSubstr("infaas "));
+  for (int i = 0; i < n; ++i)
+    for (size_t k = 1; k < 4; ++k) {
+      EXPECT_EQ(j["runs"][0]["requests"][i]["planned_s"], j["runs"][k]["requests"][i]["planned_s"]);
+      EXPECT_EQ(j["runs"][0]["requests"][i]["problem"], j["runs"][k]["requests"][i]["problem"]);
+      EXPECT_EQ(j["runs"][0]["requests"][i]["slo_s"], j["runs"][k]["requests"][i]["slo_s"]);
+    }
+  // The mean of each policy over its rounds.
+  ASSERT_EQ(j["means"].size(), 2u);
+  for (const json& m : j["means"]) {
+    EXPECT_EQ(m["runs"], 2);
+    EXPECT_EQ(m["requests"], 2 * n);
+  }
+  // One table row per run, and the means.
+  EXPECT_THAT(r.out, HasSubstr("tediserve #2"));
+  EXPECT_THAT(r.out, HasSubstr("infaas #1"));
+  EXPECT_THAT(r.out, HasSubstr("Mean over 2 rounds"));
 }
 
 TEST(BenchServeTest, BadFlagsAreClearErrors) {
