@@ -17,6 +17,7 @@
 #include "engine/chat_template.h"
 #include "serve/agent.h"
 #include "serve/http_server.h"
+#include "serve/reconfigurer.h"
 #include "serve/runtime.h"
 #include "serve/worker.h"
 
@@ -96,6 +97,30 @@ CLI::App* AddServeCommand(CLI::App& app, ServeArgs* a) {
   s->add_option("--chat-template", a->chat_template,
                 "chat template for /v1/chat/completions: a tokenizer_config.json, a folder holding one, or a "
                 "template file (default: the model folder's tokenizer_config.json, when it has one)");
+  CLI::Option* rc = s->add_flag(
+      "--reconfigure", a->reconfigure,
+      "let the reconfiguration planner change the layout by itself as the load changes (docs/design.md 10.6)");
+  s->add_option("--reconfigure-period", a->reconfigure_period_s, "--reconfigure: seconds between decisions")
+      ->check(CLI::Range(0.1, 86400.0))
+      ->needs(rc);
+  s->add_option("--reconfigure-window", a->reconfigure_window_s, "--reconfigure: seconds of arrivals the rates are taken over")
+      ->check(CLI::Range(0.1, 86400.0))
+      ->needs(rc);
+  s->add_option("--reconfigure-min-gain", a->reconfigure_min_gain,
+                "--reconfigure: change only when the mean threshold, or at equal thresholds the SLO slack, is this "
+                "much (relative) better")
+      ->check(CLI::Range(0.0, 9.99))
+      ->needs(rc);
+  s->add_option("--reconfigure-tp", a->reconfigure_tp, "--reconfigure: candidate TP degrees, e.g. 1,2 (default: the profile's)")
+      ->needs(rc);
+  s->add_option("--reconfigure-prompt-round", a->reconfigure_prompt_round,
+                "--reconfigure: prompt lengths rounded up to a multiple of this to form classes")
+      ->check(CLI::Range(1, 1 << 20))
+      ->needs(rc);
+  s->add_option("--reconfigure-output-round", a->reconfigure_output_round,
+                "--reconfigure: output lengths rounded up to a multiple of this, a block multiple (0: the block size)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->needs(rc);
   // Read by ExpandServeConfig before parsing; declared here for --help and so it parses.
   s->add_option("--config", a->config,
                 "read options from this TOML file (key = value, keys: the long flags without --); flags win");
@@ -280,8 +305,34 @@ int RunServe(const ServeArgs& a) {
       chat_defaults = src->defaults;
     }
   }
+  // --reconfigure: created before the runtime, which feeds its monitor every accepted
+  // request; started once the runtime is up; stopped before the runtime goes, freed after it.
+  std::unique_ptr<serve::Reconfigurer> reconfigurer;
+  if (a.reconfigure) {
+    serve::ReconfigurerOptions rco;
+    rco.period_s = a.reconfigure_period_s;
+    rco.window_s = a.reconfigure_window_s;
+    rco.min_gain = a.reconfigure_min_gain;
+    auto tps = IntList(a.reconfigure_tp, "--reconfigure-tp", 1, 1024);
+    if (!tps.ok()) return ReportError(tps.status());
+    rco.tp_degrees = *tps;
+    rco.prompt_round = a.reconfigure_prompt_round;
+    rco.output_round = a.reconfigure_output_round;
+    rco.profile_csv = ro.profile_csv;
+    rco.calibration = ro.calibration;
+    rco.policy = ro.policy;
+    auto rc = serve::Reconfigurer::Create(rco);
+    if (!rc.ok()) return ReportError(rc.status());
+    reconfigurer = std::move(rc).value();
+    serve::Reconfigurer* p = reconfigurer.get();
+    ro.on_accepted = [p](const policy::RequestSpec& r) { p->Record(r.prompt_len, r.output_len, r.slo); };
+  }
   auto rt = serve::Runtime::Start(ro);
   if (!rt.ok()) return ReportError(rt.status());
+  if (reconfigurer) {
+    Status s = reconfigurer->Start(rt->get());
+    if (!s.ok()) return ReportError(s.WithContext("--reconfigure"));
+  }
 
   serve::HttpOptions ho;
   ho.host = a.host;
@@ -322,6 +373,7 @@ int RunServe(const ServeArgs& a) {
   if (write(g_signal_pipe[1], "q", 1) < 0) {
   }
   signals.join();
+  if (reconfigurer) reconfigurer->Stop();
   rt->reset();
   std::cerr << "tediserve serve: stopped" << std::endl;
   return 0;

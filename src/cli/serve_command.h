@@ -36,6 +36,14 @@ struct ServeArgs {
   double agent_wait_s = 60;
   std::string config;  // the TOML file ExpandServeConfig read
   std::string chat_template;  // file or folder; default: the model's tokenizer_config.json
+  // --reconfigure: the planner changes the layout by itself (src/serve/reconfigurer.h).
+  bool reconfigure = false;
+  double reconfigure_period_s = 30;
+  double reconfigure_window_s = 60;
+  double reconfigure_min_gain = 0.1;
+  std::string reconfigure_tp;         // candidate degrees, e.g. "1,2" (default: the profile's)
+  int reconfigure_prompt_round = 32;
+  int reconfigure_output_round = 0;   // 0: the block size
 };
 
 // `serve --config FILE`: the file's `key = value` lines (TOML; keys are the long flag names

@@ -398,6 +398,9 @@ StatusOr<std::shared_ptr<RequestChannel>> Runtime::Submit(const GenerateParams& 
     Status s = draining_ ? Unavailable("the server is shutting down") : host_->Submit(spec, now);
     metrics_.Add("tediserve_scheduler_seconds_total",
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
+    if (s.ok() && options_.on_accepted) {
+      if (const policy::RequestState* r = host_->scheduler().Find(ch->id_); r != nullptr) options_.on_accepted(r->spec);
+    }
     if (!s.ok()) {
       host::RequestRecord rec;
       rec.id = ch->id_;

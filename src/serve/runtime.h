@@ -49,6 +49,9 @@ struct RuntimeOptions {
   std::string cluster_token;      // shared secret between the scheduler, its agents and workers
   double step_timeout_s = 30;     // a batch unanswered this long fails its worker
   bool restart_workers = true;    // a failed worker is started again on the same cores
+  // Called on the loop thread for each request the core accepted, with the SLO it was given
+  // (the live reconfigurer's workload monitor, src/serve/reconfigurer.h). Must be cheap.
+  std::function<void(const policy::RequestSpec&)> on_accepted;
 };
 
 // Everything one generation request asks for, already validated and tokenised.
