@@ -52,9 +52,10 @@ struct BenchArgs {
   // the sgemm rate of the same GEMM shapes measured in the same run.
   bool large = false;
   int step_tokens = 1024;
-  int recompute_reps = 2;  // recompute steps (the first one is cold: weights paged in)
+  int recompute_reps = 2;  // recompute steps (the median of those after the first is reported)
   int cache_reps = 3;      // cache steps after each recompute step
   std::string layout = "auto";  // auto | packed | mapped
+  bool no_prefault = false;     // leave the weights to be paged in by the first step
 };
 int RunBench(const BenchArgs& args);
 

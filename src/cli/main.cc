@@ -93,6 +93,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 100));
   b->add_option("--layout", bn.layout, "weights: auto, packed (fp32 copies) or mapped (checkpoint mapping)")
       ->check(CLI::IsMember({"auto", "packed", "mapped"}));
+  b->add_flag("--no-prefault", bn.no_prefault, "--large: do not page the weights in at load (the first step does)");
 
   ProfileArgs pf;
   CLI::App* pr = AddProfileCommand(app, &pf);

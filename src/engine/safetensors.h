@@ -69,6 +69,11 @@ class SafetensorsFile {
   // Asks the kernel to read the whole file into the page cache in the background
   // (madvise MADV_WILLNEED); a hint, errors ignored.
   void AdviseWillNeed() const;
+  // Maps every page of the file into this process now (madvise MADV_POPULATE_READ, reading
+  // from disk what the page cache lacks), so later reads take no page faults. kIoError if the
+  // kernel cannot read the file (e.g. it shrank since Open), kUnimplemented on kernels before
+  // 5.14 (then the pages are faulted in on first use, as without this call).
+  Status Prefault() const;
   uint64_t file_size() const;
 
  private:
