@@ -20,7 +20,7 @@ ROOT=$PWD
 BUILD=$ROOT/build-fuzz
 JOBS=${JOBS:-2}
 
-TARGETS=(safetensors model_config tokenizer tokenizer_encode task_file chat_template experiment trace_csv trace_jsonl step_log predictor
+TARGETS=(safetensors checkpoint_index model_config tokenizer tokenizer_encode task_file chat_template experiment trace_csv trace_jsonl step_log predictor
          calibration latency_profile_csv latency_profile_json completion_request)
 
 max_len() {
@@ -38,6 +38,7 @@ seeds() {
   local crashers=tests/regression/crashers
   case $1 in
     safetensors) find models tests/fixtures "$crashers/safetensors" -name '*.safetensors' -size -2M ;;
+    checkpoint_index) find tests/fixtures "$crashers" -name '*.index.json' ;;
     model_config) find models tests/fixtures "$crashers/config" "$crashers/synthmodel" -name '*config.json' ;;
     tokenizer) find models tests/fixtures "$crashers/tokenizer" "$crashers/synthmodel" -name '*tokenizer.json' ;;
     tokenizer_encode) find models -name 'heldout.jsonl' ;;
@@ -64,6 +65,11 @@ extra_seeds() {
       printf '{"model": "tiny-llada", "prompt": "48+39=", "max_tokens": 8, "stop": ["9"], "slo_ms": 50, "min_threshold": 0.5}' >"$dir/made_0"
       printf '{"messages": [{"role": "system", "content": "sort:"}, {"role": "user", "content": [{"type": "text", "text": "8351="}]}], "stream": true, "stream_options": {"include_usage": true}, "temperature": 0.7, "seed": 3}' >"$dir/made_1" ;;
     trace_csv) printf 'arrival_s,prompt_len,output_len\n0.0,24,32\n0.5,30,64\n' >"$dir/made_0" ;;
+    checkpoint_index)
+      # the fuzzer's folder holds shards 1 and 2 of 2 with tensors w, n (shard 1) and h (shard 2)
+      printf '{"metadata": {"total_size": 36}, "weight_map": {"w": "model-00001-of-00002.safetensors", "n": "model-00001-of-00002.safetensors", "h": "model-00002-of-00002.safetensors"}}' >"$dir/made_0"
+      printf '{"weight_map": {"w": "model-00002-of-00002.safetensors"}}' >"$dir/made_1"
+      printf '{"weight_map": {"w": "model-00003-of-00003.safetensors"}}' >"$dir/made_2" ;;
     tokenizer_encode)
       printf "It's 2024: the caf\xc3\xa9 (e\xcc\x81) \xe4\xbd\xa0\xe5\xa5\xbd \xf0\x9f\x91\xa9\xe2\x80\x8d\xf0\x9f\x92\xbb\n\t  x" >"$dir/made_0"
       printf 'bad \xff\xfe \xe2\x82 \xed\xa0\x80 \xf0\x9f\x98' >"$dir/made_1" ;;
