@@ -487,6 +487,8 @@ Overhead OverheadBetween(const std::map<std::string, double>& before, const std:
   Get(after, "tediserve_step_seconds_total", &has_step);
   auto d = [&](const std::string& k) { return Get(after, k) - Get(before, k); };
   o.scheduler_s = d("tediserve_scheduler_seconds_total");
+  o.scheduler_wall_s = d("tediserve_scheduler_wall_seconds_total");
+  o.loop_s = d("tediserve_loop_seconds_total");
   o.step_s = d("tediserve_step_seconds_total");
   o.batches = d("tediserve_step_seconds_count");
   o.request_steps = d("tediserve_request_steps_total");
@@ -501,6 +503,8 @@ Overhead OverheadBetween(const std::map<std::string, double>& before, const std:
     o.policy_ms_per_step = 1000 * o.scheduler_s / o.batches;
     o.step_ms = 1000 * o.step_s / o.batches;
     o.overhead = o.scheduler_s / o.step_s;
+    o.wall_overhead = o.scheduler_wall_s / o.step_s;
+    o.loop_overhead = o.loop_s / o.step_s;
   }
   return o;
 }
@@ -517,7 +521,11 @@ json ToJson(const Overhead& o) {
           {"batches_over_8", o.batches_over_8},
           {"policy_ms_per_step", o.policy_ms_per_step},
           {"step_ms", o.step_ms},
-          {"overhead", o.overhead}};
+          {"overhead", o.overhead},
+          {"scheduler_wall_s", o.scheduler_wall_s},
+          {"wall_overhead", o.wall_overhead},
+          {"loop_s", o.loop_s},
+          {"loop_overhead", o.loop_overhead}};
 }
 
 std::string TimelineCsv(const std::vector<RequestResult>& results, const std::vector<GaugeSample>& gauges,

@@ -175,11 +175,15 @@ std::optional<double> GoodputRate(const std::vector<double>& rates, const std::v
 // and blank lines are skipped; a line without a number is an error naming its line.
 StatusOr<std::map<std::string, double>> ParsePrometheus(const std::string& text);
 
-// The scheduler's cost over a run, from two scrapes: tediserve_scheduler_seconds_total and
+// The scheduler's cost over a run, from two scrapes: tediserve_scheduler_seconds_total (CPU
+// time in the policy core), tediserve_scheduler_wall_seconds_total (its wall time),
+// tediserve_loop_seconds_total (all the loop thread's CPU time) and
 // tediserve_step_seconds_total (worker step time), per step batch
 // (tediserve_step_seconds_count) and batch sizes (tediserve_batch_requests).
 struct Overhead {
-  double scheduler_s = 0;       // policy core time on the loop thread
+  double scheduler_s = 0;       // policy core CPU time on the loop thread
+  double scheduler_wall_s = 0;  // the same calls' wall time (0 if the server has no such series)
+  double loop_s = 0;            // loop thread CPU time in all (0 if absent)
   double step_s = 0;            // step time summed over workers
   double batches = 0;           // step batches with a result
   double request_steps = 0;     // request steps (one request in one batch)
@@ -189,6 +193,8 @@ struct Overhead {
   double policy_ms_per_step = 0;  // scheduler_s / batches
   double step_ms = 0;             // step_s / batches
   double overhead = 0;            // scheduler_s / step_s (policy time per step / step time)
+  double wall_overhead = 0;       // scheduler_wall_s / step_s
+  double loop_overhead = 0;       // loop_s / step_s
   bool valid = false;             // both scrapes had the series and some batches ran
 };
 Overhead OverheadBetween(const std::map<std::string, double>& before, const std::map<std::string, double>& after);

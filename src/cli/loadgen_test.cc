@@ -332,7 +332,8 @@ TEST(LoadgenMetrics, ParsesPrometheusAndComputesTheOverhead) {
       "tediserve_batch_requests_bucket{le=\"+Inf\"} 100\ntediserve_batch_requests_sum 500\n"
       "tediserve_batch_requests_count 100\ntediserve_requests_total{outcome=\"completed\"} 7\n";
   const std::string after =
-      "tediserve_scheduler_seconds_total 1.5\ntediserve_step_seconds_total 60\ntediserve_step_seconds_count 1100\n"
+      "tediserve_scheduler_seconds_total 1.5\ntediserve_scheduler_wall_seconds_total 3\n"
+      "tediserve_loop_seconds_total 5\ntediserve_step_seconds_total 60\ntediserve_step_seconds_count 1100\n"
       "tediserve_batch_requests_bucket{le=\"4\"} 150\ntediserve_batch_requests_bucket{le=\"8\"} 380\n"
       "tediserve_batch_requests_bucket{le=\"+Inf\"} 1100\ntediserve_batch_requests_sum 9500\n"
       "tediserve_batch_requests_count 1100\ntediserve_request_steps_total 9000\n";
@@ -345,6 +346,8 @@ TEST(LoadgenMetrics, ParsesPrometheusAndComputesTheOverhead) {
   ASSERT_TRUE(o.valid);
   EXPECT_DOUBLE_EQ(o.batches, 1000);
   EXPECT_DOUBLE_EQ(o.overhead, 0.5 / 50);
+  EXPECT_DOUBLE_EQ(o.wall_overhead, 3.0 / 50);  // absent before: counted from 0
+  EXPECT_DOUBLE_EQ(o.loop_overhead, 5.0 / 50);
   EXPECT_DOUBLE_EQ(o.policy_ms_per_step, 0.5);
   EXPECT_DOUBLE_EQ(o.step_ms, 50);
   EXPECT_DOUBLE_EQ(o.mean_batch, 9);
