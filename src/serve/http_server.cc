@@ -2,8 +2,14 @@
 
 #include <httplib.h>
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <ctime>
 
 #include "common/input.h"
@@ -68,6 +74,92 @@ ApiError FromRecord(const host::RequestRecord& r) {
 }
 
 std::string Sse(const json& j) { return "data: " + j.dump() + "\n\n"; }
+
+// The address of a peer as a sockaddr, from cpp-httplib's strings; false if it is not one.
+bool ToSockaddr(const std::string& addr, int port, sockaddr_storage* out) {
+  std::memset(out, 0, sizeof(*out));
+  auto* v4 = reinterpret_cast<sockaddr_in*>(out);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(out);
+  if (inet_pton(AF_INET, addr.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<uint16_t>(port));
+    return true;
+  }
+  if (inet_pton(AF_INET6, addr.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<uint16_t>(port));
+    return true;
+  }
+  return false;
+}
+
+bool SameEndpoint(const sockaddr_storage& a, const sockaddr_storage& b) {
+  if (a.ss_family != b.ss_family) return false;
+  if (a.ss_family == AF_INET) {
+    const auto& x = reinterpret_cast<const sockaddr_in&>(a);
+    const auto& y = reinterpret_cast<const sockaddr_in&>(b);
+    return x.sin_port == y.sin_port && x.sin_addr.s_addr == y.sin_addr.s_addr;
+  }
+  const auto& x = reinterpret_cast<const sockaddr_in6&>(a);
+  const auto& y = reinterpret_cast<const sockaddr_in6&>(b);
+  return x.sin6_port == y.sin6_port && std::memcmp(&x.sin6_addr, &y.sin6_addr, sizeof(x.sin6_addr)) == 0;
+}
+
+// The client connection a request came on, so a handler that is not streaming can tell when
+// its client hangs up (cpp-httplib 0.11 gives a handler no socket, only the two addresses).
+// Found once among this process's descriptors: the socket whose two ends are the request's.
+class Connection {
+ public:
+  explicit Connection(const httplib::Request& req) {
+    ok_ = ToSockaddr(req.remote_addr, req.remote_port, &peer_) && ToSockaddr(req.local_addr, req.local_port, &local_);
+  }
+
+  // True once the client has closed the connection (or it broke). A descriptor that no longer
+  // has the request's two ends (closed and reused) is looked for again.
+  bool HungUp() {
+    if (!ok_) return false;
+    if (fd_ < 0 || !Matches(fd_)) fd_ = Find();
+    if (fd_ < 0) return false;  // not found: say nothing rather than cancel a live request
+    char c = 0;
+    const ssize_t n = recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) return true;
+    return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+  }
+
+ private:
+  bool Matches(int fd) const {
+    sockaddr_storage a{}, b{};
+    socklen_t la = sizeof(a), lb = sizeof(b);
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &la) != 0) return false;
+    if (!SameEndpoint(a, peer_)) return false;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&b), &lb) != 0) return false;
+    return SameEndpoint(b, local_);
+  }
+  int Find() const {
+    DIR* d = opendir("/proc/self/fd");
+    if (d == nullptr) return -1;
+    int found = -1;
+    while (dirent* e = readdir(d)) {
+      char* end = nullptr;
+      const long fd = std::strtol(e->d_name, &end, 10);
+      if (end == e->d_name || *end != '\0' || fd == dirfd(d)) continue;
+      if (Matches(static_cast<int>(fd))) {
+        found = static_cast<int>(fd);
+        break;
+      }
+    }
+    closedir(d);
+    return found;
+  }
+
+  sockaddr_storage peer_{}, local_{};
+  bool ok_ = false;
+  int fd_ = -1;
+};
+
+// A non-streaming request looks for its client's hang-up after this long (most requests are
+// over before: they pay nothing for the check), then at each step or every quarter second.
+constexpr double kHangUpCheckAfterS = 0.5;
 
 }  // namespace
 
@@ -221,9 +313,17 @@ void HttpServer::Routes() {
     if (!creq->stream) {
       RequestView v;
       bool cut = false;
+      Connection conn(req);
+      const auto since = std::chrono::steady_clock::now();
       while (true) {
-        const bool changed = channel->Wait(v.version, 1.0, &v);
+        const bool changed = channel->Wait(v.version, 0.25, &v);
         if (v.done) break;
+        if (!cut && std::chrono::steady_clock::now() - since > std::chrono::duration<double>(kHangUpCheckAfterS) &&
+            conn.HungUp()) {
+          rt->Cancel(channel->id());  // the client went away: nobody will read the answer
+          cut = true;
+          continue;
+        }
         // Nothing new yet (still queued: before its first step the view has no output, which
         // TextOf would take for a finished empty text and cut): wait on.
         if (!changed) continue;
