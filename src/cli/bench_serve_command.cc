@@ -25,6 +25,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cli/fidelity.h"
 #include "cli/loadgen.h"
 #include "cli/model_setup.h"
 #include "common/temp_dir.h"
@@ -260,6 +261,11 @@ struct RunResult {
   std::vector<loadgen::GaugeSample> gauges;
   int64_t sends_all_busy = 0;  // requests due while every connection was busy
   int connections = 0;
+  // --fidelity: the solo probes sent before the run (live), and the comparison with the
+  // simulator's replay of the run.
+  std::vector<loadgen::RequestResult> probes;
+  bool has_fidelity = false;
+  fidelity::Comparison fidelity;
 };
 
 struct Context {
@@ -280,14 +286,41 @@ void Warmup(const Context& ctx, const Target& t) {
   }
 }
 
+// --fidelity: requests sent one at a time to the idle server (after the warm-up, before the
+// run), each waiting for the previous answer: what the live path costs beyond the profile.
+std::vector<loadgen::RequestResult> RunProbes(const Context& ctx, const Target& t,
+                                              const std::vector<loadgen::PlannedRequest>& probes) {
+  httplib::Client c = MakeClient(t, ctx.args->timeout_s, ctx.args->api_key);
+  std::vector<loadgen::RequestResult> out;
+  for (const auto& p : probes) {
+    const engine::TaskProblem& prob = (*ctx.problems)[p.problem];
+    loadgen::RequestResult r;
+    r.id = p.id;
+    r.problem = p.problem;
+    r.task = prob.task;
+    r.slo_s = p.slo_s;
+    const std::string body = loadgen::RequestBody(p, prob.prompt, ctx.args->max_tokens).dump();
+    const auto t0 = Clock::now();
+    auto res = c.Post("/v1/completions", body, "application/json");
+    r.latency_s = Since(t0);
+    if (res) loadgen::ReadResponse(res->status, res->body, prob.answer, &r);
+    else loadgen::ReadResponse(0, "", prob.answer, &r);
+    out.push_back(std::move(r));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the server settles
+  }
+  return out;
+}
+
 RunResult RunLoad(const Context& ctx, const Target& t, const RunSpec& spec,
-                  const std::vector<loadgen::PlannedRequest>& plan) {
+                  const std::vector<loadgen::PlannedRequest>& plan,
+                  const std::vector<loadgen::PlannedRequest>* probes = nullptr) {
   const BenchServeArgs& a = *ctx.args;
   RunResult out;
   out.spec = spec;
   out.url = t.Url();
   out.requests.resize(plan.size());
   Warmup(ctx, t);
+  if (probes != nullptr) out.probes = RunProbes(ctx, t, *probes);
   auto before = Scrape(t);
 
   // The connection pool. Idle connections form a stack: a request goes to the connection
@@ -566,6 +599,122 @@ void PrintTable(const std::vector<RunResult>& runs, double target) {
   std::fflush(stdout);
 }
 
+// --fidelity: the simulator replays the run. The probes, simulated alone on the bare profile,
+// give the live path's overhead (fidelity::EstimateOverhead); then the whole plan is simulated
+// on the bare profile and with that overhead, and set against the live run.
+Status Replay(const Context& ctx, fidelity::SimSetup setup, const std::vector<loadgen::PlannedRequest>& plan,
+              const std::vector<loadgen::PlannedRequest>& probe_plan, RunResult* run) {
+  setup.overhead = fidelity::Overhead{};
+  ASSIGN_OR_RETURN(auto probe_sim, fidelity::SimulatePlan(setup, probe_plan, *ctx.problems));
+  std::vector<fidelity::Probe> probes;
+  for (size_t i = 0; i < run->probes.size() && i < probe_sim.size(); ++i) {
+    const loadgen::RequestResult& live = run->probes[i];
+    fidelity::Probe p;
+    if (live.outcome == "ok") {
+      p.client_s = live.latency_s;
+      p.server_s = live.server_latency_s;
+      p.steps = live.steps;
+    }
+    p.simulated_s = probe_sim[i].latency_s;
+    p.simulated_steps = probe_sim[i].steps;
+    probes.push_back(p);
+  }
+  const fidelity::Overhead overhead = fidelity::EstimateOverhead(probes);
+  ASSIGN_OR_RETURN(auto bare, fidelity::SimulatePlan(setup, plan, *ctx.problems));
+  setup.overhead = overhead;
+  ASSIGN_OR_RETURN(auto with, fidelity::SimulatePlan(setup, plan, *ctx.problems));
+  run->fidelity = fidelity::Compare(run->summary, loadgen::Summarize(with), loadgen::Summarize(bare), overhead);
+  run->has_fidelity = true;
+  return Status::Ok();
+}
+
+std::string Signed(double v, int digits, const std::string& unit) {
+  if (!std::isfinite(v)) return "-";
+  return (v >= 0 ? "+" : "") + Fixed(v, digits) + unit;
+}
+
+void PrintFidelity(const std::vector<RunResult>& runs, const std::string& profile) {
+  std::printf("\nFidelity: the simulator on the same arrivals, prompts, SLOs, layout and policy (engine in the loop,\n"
+              "profile %s + the overhead measured on solo probes before each run: per step batch and per request).\n"
+              "Diffs are simulated - live; targets: attainment within %.0f points, mean latency within %.0f%%.\n",
+              profile.c_str(), fidelity::kAttainmentTargetPoints, 100 * fidelity::kMeanLatencyTarget);
+  std::printf("(srv_*: the server's own view, from a request's arrival at the runtime, against the simulation\n"
+              "without the per-request term; bare_*: the simulation on the profile alone; ovh_*: ms.)\n");
+  std::printf("%-16s %8s %8s %8s %8s %8s %8s %8s %7s %8s %8s %8s %8s %7s %7s %9s %9s %8s %8s\n", "policy", "rate",
+              "att_live", "att_sim", "diff_pt", "mean_liv", "mean_sim", "diff", "p90_liv", "p90_sim", "diff",
+              "srv_att", "srv_diff", "srv_mean", "ovh_stp", "ovh_req", "bare_att", "bare_mean", "within");
+  for (const auto& r : runs) {
+    if (!r.has_fidelity) continue;
+    const auto& c = r.fidelity;
+    const std::string who = r.spec.label + (r.spec.rounds > 1 ? " #" + std::to_string(r.spec.round) : "");
+    std::printf("%-16s %8s %8s %8s %8s %8s %8s %8s %7s %8s %8s %8s %8s %7s %7s %9s %9s %8s %8s\n", who.c_str(),
+                r.spec.rate > 0 ? Fixed(r.spec.rate, 2).c_str() : "-", Pct(c.live.attainment).c_str(),
+                Pct(c.sim.attainment).c_str(), Signed(c.attainment_diff_points, 1, "").c_str(),
+                Fixed(1e3 * c.live.latency_mean_s, 2).c_str(), Fixed(1e3 * c.sim.latency_mean_s, 2).c_str(),
+                Signed(100 * c.mean_latency_diff, 1, "%").c_str(), Fixed(1e3 * c.live.latency_p90_s, 2).c_str(),
+                Fixed(1e3 * c.sim.latency_p90_s, 2).c_str(), Signed(100 * c.p90_latency_diff, 1, "%").c_str(),
+                Pct(c.live.attainment_server).c_str(), Signed(c.server_attainment_diff_points, 1, "").c_str(),
+                Signed(100 * c.server_mean_latency_diff, 1, "%").c_str(),
+                Fixed(1e3 * c.overhead.per_step_s, 3).c_str(), Fixed(1e3 * c.overhead.per_request_s, 3).c_str(),
+                Pct(c.sim_profile_only.attainment).c_str(), Fixed(1e3 * c.sim_profile_only.latency_mean_s, 2).c_str(),
+                (std::string(c.attainment_within ? "att" : "-") + "/" + (c.mean_latency_within ? "lat" : "-")).c_str());
+  }
+  // Over rounds: the means, and each difference's mean [min, max].
+  struct Acc {
+    std::string label;
+    double rate = 0;
+    int n = 0;
+    double att_live = 0, att_sim = 0, mean_live = 0, mean_sim = 0, p90_live = 0, p90_sim = 0;
+    std::vector<double> att_diff, mean_diff, srv_att_diff, srv_mean_diff;
+  };
+  std::vector<Acc> acc;
+  for (const auto& r : runs) {
+    if (!r.has_fidelity) continue;
+    auto it = std::find_if(acc.begin(), acc.end(),
+                           [&](const Acc& a) { return a.label == r.spec.label && a.rate == r.spec.rate; });
+    if (it == acc.end()) {
+      Acc fresh;
+      fresh.label = r.spec.label;
+      fresh.rate = r.spec.rate;
+      acc.push_back(std::move(fresh));
+      it = acc.end() - 1;
+    }
+    const auto& c = r.fidelity;
+    ++it->n;
+    it->att_live += c.live.attainment;
+    it->att_sim += c.sim.attainment;
+    it->mean_live += c.live.latency_mean_s;
+    it->mean_sim += c.sim.latency_mean_s;
+    it->p90_live += c.live.latency_p90_s;
+    it->p90_sim += c.sim.latency_p90_s;
+    it->att_diff.push_back(c.attainment_diff_points);
+    it->mean_diff.push_back(100 * c.mean_latency_diff);
+    it->srv_att_diff.push_back(c.server_attainment_diff_points);
+    it->srv_mean_diff.push_back(100 * c.server_mean_latency_diff);
+  }
+  if (acc.empty() || acc.front().n < 2) return;
+  auto spread = [](const std::vector<double>& v, const std::string& unit) {
+    double m = 0;
+    for (double x : v) m += x;
+    m /= static_cast<double>(v.size());
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    return Signed(m, 1, unit) + " [" + Signed(*lo, 1, "") + ", " + Signed(*hi, 1, "") + "]";
+  };
+  std::printf("\nFidelity, mean over %d rounds (differences: mean [min, max] of the rounds):\n", acc.front().n);
+  std::printf("%-16s %8s %8s %8s %24s %9s %9s %24s %9s %9s %24s %24s\n", "policy", "rate", "att_live", "att_sim",
+              "diff_points", "mean_liv", "mean_sim", "mean_diff", "p90_liv", "p90_sim", "srv_att_diff", "srv_mean_diff");
+  for (const auto& a : acc) {
+    const double n = a.n;
+    std::printf("%-16s %8s %8s %8s %24s %9s %9s %24s %9s %9s %24s %24s\n", a.label.c_str(),
+                a.rate > 0 ? Fixed(a.rate, 2).c_str() : "-", Pct(a.att_live / n).c_str(), Pct(a.att_sim / n).c_str(),
+                spread(a.att_diff, "").c_str(), Fixed(1e3 * a.mean_live / n, 2).c_str(),
+                Fixed(1e3 * a.mean_sim / n, 2).c_str(), spread(a.mean_diff, "%").c_str(),
+                Fixed(1e3 * a.p90_live / n, 2).c_str(), Fixed(1e3 * a.p90_sim / n, 2).c_str(),
+                spread(a.srv_att_diff, "").c_str(), spread(a.srv_mean_diff, "%").c_str());
+  }
+  std::fflush(stdout);
+}
+
 Status WritePlots(const std::string& dir, const std::vector<RunResult>& runs, double window_s) {
   std::string sweep = "policy,x,attainment,mean_latency_s,p50_latency_s,p99_latency_s,quality\n";
   bool plotted_sweep = false;
@@ -667,6 +816,12 @@ CLI::App* AddBenchServeCommand(CLI::App& app, BenchServeArgs* a) {
       ->allow_extra_args(false);
   b->add_option("--server-start-timeout", a->server_start_timeout_s, "--policies: seconds for a server to come up")
       ->check(CLI::Range(1.0, 3600.0));
+  b->add_flag("--fidelity", a->fidelity,
+              "after each run, replay it in the simulator (same arrivals, prompts, SLOs, layout, policy, profile) "
+              "and print live vs simulated; starts its own servers (--policies, default tediserve)");
+  b->add_option("--fidelity-probes", a->fidelity_probes,
+                "--fidelity: solo requests before each run that measure the overhead the profile leaves out")
+      ->check(CLI::Range(1, 10000));
   return b;
 }
 
@@ -678,6 +833,12 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
   // ---- Flags that go together.
   const int files = !a.trace.empty() + !a.burstgpt.empty() + !a.workload.empty();
   if (files > 1) return ReportError(InvalidArgument("give at most one of --trace, --burstgpt and --workload"));
+  if (a.fidelity && cmd.count("--url"))
+    return ReportError(InvalidArgument("--fidelity starts its own servers (it must know their profile, layout and "
+                                       "policy): it excludes --url"));
+  if (cmd.count("--fidelity-probes") && !a.fidelity)
+    return ReportError(InvalidArgument("--fidelity-probes applies only with --fidelity"));
+  if (a.fidelity && a.policies.empty()) a.policies = {"tediserve"};
   if (!a.policies.empty() && cmd.count("--url"))
     return ReportError(InvalidArgument("--url and --policies exclude each other (--policies starts its own servers)"));
   if (a.policies.empty())
@@ -769,6 +930,44 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
     so.profile = &profile;
   }
 
+  // ---- --fidelity: what the servers run with, for the simulator.
+  fidelity::SimSetup fsetup;
+  std::vector<loadgen::PlannedRequest> probe_plan;
+  if (a.fidelity) {
+    fsetup.model_dir = a.model_dir;
+    fsetup.profile_csv =
+        a.profile.empty() ? ModelFile(a.model_dir, "latency_profile.csv", "profiles", "-cpu.csv") : a.profile;
+    fsetup.calibration =
+        a.calibration.empty() ? ModelFile(a.model_dir, "calibration.json", "calibrations", ".json") : a.calibration;
+    fsetup.cache = !a.no_cache;
+    // serve's defaults, unless passed on with --serve-arg.
+    for (size_t i = 0; i + 1 < a.serve_args.size(); ++i) {
+      const std::string& f = a.serve_args[i];
+      const std::string& v = a.serve_args[i + 1];
+      try {
+        if (f == "--max-queue") fsetup.max_live = std::stoi(v);
+        if (f == "--slo-scale") fsetup.slo_scale = std::stod(v);
+      } catch (const std::exception&) {
+        return ReportError(InvalidArgument("--serve-arg " + f + ": bad value \"" + v + "\""));
+      }
+      if (f == "--profile" || f == "--calibration" || f == "--layout" || f == "--cores" || f == "--policy" ||
+          f == "--reconfigure")
+        return ReportError(InvalidArgument("--fidelity: give " + f + " to bench-serve itself, not with --serve-arg"));
+    }
+    if (!a.layout.empty()) {
+      auto l = IntList(a.layout, "--layout");
+      if (!l.ok()) return ReportError(l.status());
+      fsetup.layout = *l;
+    } else if (!a.cores.empty()) {
+      auto c = IntList(a.cores, "--cores");
+      if (!c.ok()) return ReportError(c.status());
+      fsetup.layout.assign(c->size(), 1);
+    } else {
+      fsetup.layout.assign(static_cast<size_t>(std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)))), 1);
+    }
+    probe_plan = fidelity::ProbePlan(problems->size(), a.fidelity_probes, output_len);
+  }
+
   // ---- The runs: one plan per rate (identical for every policy).
   std::vector<double> rates = a.rates;
   if (rates.empty()) rates.push_back(0);
@@ -858,13 +1057,27 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
         ServerProcess server;
         Status s = server.Start(args, dir, a.server_start_timeout_s, instances);
         if (!s.ok()) return ReportError(s.WithContext("--policies " + pol));
-        runs.push_back(RunLoad(ctx, server.target(), spec, p.plan));
+        runs.push_back(RunLoad(ctx, server.target(), spec, p.plan, a.fidelity ? &probe_plan : nullptr));
         server.Stop();
+        if (a.fidelity) {
+          fidelity::SimSetup setup = fsetup;
+          setup.policy = pol;
+          Status fs = Replay(ctx, setup, p.plan, probe_plan, &runs.back());
+          if (!fs.ok()) return ReportError(fs.WithContext("--fidelity: simulating " + spec.Tag()));
+          const auto& c = runs.back().fidelity;
+          if (!a.quiet)
+            std::cerr << "[" << spec.Tag() << "] simulated: attainment " << Pct(c.sim.attainment) << " ("
+                      << Signed(c.attainment_diff_points, 1, " points") << "), mean latency "
+                      << Fixed(1e3 * c.sim.latency_mean_s, 2) << " ms (" << Signed(100 * c.mean_latency_diff, 1, "%")
+                      << "); overhead " << Fixed(1e3 * c.overhead.per_step_s, 3) << " ms/step, "
+                      << Fixed(1e3 * c.overhead.per_request_s, 3) << " ms/request\n";
+        }
       }
     }
   }
 
   PrintTable(runs, a.goodput_target);
+  if (a.fidelity) PrintFidelity(runs, fsetup.profile_csv);
   if (!a.plots_dir.empty()) {
     Status s = WritePlots(a.plots_dir, runs, a.window_s);
     if (s.code() == StatusCode::kFailedPrecondition) std::cerr << "warning: no plots: " << s.message() << "\n";
@@ -886,6 +1099,12 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
                  {"round", r.spec.round}, {"url", r.url}, {"summary", loadgen::ToJson(r.summary)},
                  {"overhead", loadgen::ToJson(r.overhead)}, {"connections", r.connections},
                  {"sends_all_busy", r.sends_all_busy}};
+      if (r.has_fidelity) {
+        rj["fidelity"] = fidelity::ToJson(r.fidelity);
+        json probes = json::array();
+        for (const auto& q : r.probes) probes.push_back(RequestJson(q, (*problems)[q.problem]));
+        rj["fidelity"]["probe_requests"] = std::move(probes);
+      }
       json reqs = json::array();
       for (const auto& q : r.requests) reqs.push_back(RequestJson(q, (*problems)[q.problem]));
       rj["requests"] = std::move(reqs);

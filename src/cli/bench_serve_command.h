@@ -3,7 +3,8 @@
 // /v1/completions at Poisson or Gamma arrivals, a BurstGPT profile, a trace or a simulator
 // workload, grades every answer, and reports SLO attainment, goodput, latency percentiles,
 // accuracy, throughput and the scheduler's overhead from /metrics; with --policies it starts
-// `tediserve serve` once per policy and rate itself and compares them on identical arrivals.
+// `tediserve serve` once per policy and rate itself and compares them on identical arrivals;
+// with --fidelity it also replays each run in the simulator and prints live vs simulated.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +48,9 @@ struct BenchServeArgs {
   bool no_cache = false;
   std::vector<std::string> serve_args;
   double server_start_timeout_s = 180;
+  // --fidelity: after each live run, the simulator replays the same plan (cli/fidelity.h).
+  bool fidelity = false;
+  int fidelity_probes = 40;  // solo requests before each run that measure the live path's overhead
 };
 
 CLI::App* AddBenchServeCommand(CLI::App& app, BenchServeArgs* args);

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -251,6 +252,48 @@ TEST(BenchServeTest, ComparesPoliciesOnIdenticalArrivals) {
   EXPECT_THAT(r.out, HasSubstr("Mean over 2 rounds"));
 }
 
+// --fidelity: the run is replayed by the simulator (engine in the loop) and live and simulated
+// figures come side by side, with the overhead measured on solo probes.
+TEST(BenchServeTest, FidelityReplaysTheRunInTheSimulator) {
+  tediserve::TempDir d("tedi_bench_serve");
+  const std::string js = d.File("fidelity.json");
+  const int n = 20, probes = 5;
+  Result r = RunCli({"bench-serve", "--fidelity", "--rate", "30", "--requests", std::to_string(n), "--layout", "1,1",
+                     "--cores", "0,0", "--warmup", "2", "--fidelity-probes", std::to_string(probes), "--json", js});
+  ASSERT_EQ(r.code, 0) << r.Describe();
+  const json j = json::parse(Slurp(js));
+  ASSERT_EQ(j["runs"].size(), 1u);
+  const json& run = j["runs"][0];
+  EXPECT_EQ(run["policy"], "tediserve");  // the default policy
+  CheckRun(run, n);
+  ASSERT_TRUE(run.contains("fidelity")) << run.dump().substr(0, 2000);
+  const json& f = run["fidelity"];
+  // Every planned request was simulated, and every probe sent.
+  EXPECT_EQ(f["simulated"]["requests"].get<int>(), n);
+  EXPECT_EQ(f["simulated"]["completed"].get<int>(), n);
+  EXPECT_EQ(f["live"]["requests"].get<int>(), n);
+  ASSERT_EQ(f["probe_requests"].size(), static_cast<size_t>(probes));
+  EXPECT_GE(f["overhead"]["probes"].get<int>(), 1);
+  EXPECT_LE(f["overhead"]["probes"].get<int>(), probes);
+  EXPECT_GT(f["overhead"]["probe_simulated_ms"].get<double>(), 0);
+  EXPECT_GE(f["overhead"]["per_request_ms"].get<double>(), 0);
+  for (const char* side : {"simulated", "simulated_profile_only"}) {
+    EXPECT_GE(f[side]["attainment"].get<double>(), 0) << side;
+    EXPECT_LE(f[side]["attainment"].get<double>(), 1) << side;
+    EXPECT_GT(f[side]["latency_mean_ms"].get<double>(), 0) << side;
+  }
+  // The overhead only adds time.
+  EXPECT_GE(f["simulated"]["latency_mean_ms"].get<double>() + 1e-9,
+            f["simulated_profile_only"]["latency_mean_ms"].get<double>() +
+                std::min(0.0, f["overhead"]["per_step_ms"].get<double>()) * 8);
+  // The same prompts through the same engine at a light load: the same answers, nearly.
+  EXPECT_NEAR(f["simulated"]["accuracy"].get<double>(), f["live"]["accuracy"].get<double>(), 0.1) << f.dump();
+  const double diff = f["attainment_diff_points"].get<double>();
+  EXPECT_NEAR(diff, 100 * (f["simulated"]["attainment"].get<double>() - f["live"]["attainment"].get<double>()), 1e-6);
+  EXPECT_THAT(r.out, HasSubstr("Fidelity: the simulator on the same arrivals"));
+  EXPECT_THAT(r.err, HasSubstr("[tediserve @ 30.00] simulated: attainment"));
+}
+
 TEST(BenchServeTest, BadFlagsAreClearErrors) {
   struct Case {
     std::vector<std::string> args;
@@ -276,6 +319,12 @@ TEST(BenchServeTest, BadFlagsAreClearErrors) {
       {{"bench-serve", "--rate", "2", "--requests", "0"}, "--requests"},
       {{"bench-serve", "--rate", "2", "--requests", "5", "--connections", "0"}, "--connections"},
       {{"bench-serve", "--rate", "2", "--requests", "5", "--frobnicate"}, "frobnicate"},
+      {{"bench-serve", "--rate", "2", "--requests", "5", "--fidelity", "--url", "http://127.0.0.1:1"},
+       "--fidelity starts its own servers"},
+      {{"bench-serve", "--rate", "2", "--requests", "5", "--fidelity-probes", "3"}, "applies only with --fidelity"},
+      {{"bench-serve", "--rate", "2", "--requests", "5", "--fidelity", "--fidelity-probes", "0"}, "--fidelity-probes"},
+      {{"bench-serve", "--rate", "2", "--requests", "5", "--fidelity", "--serve-arg", "--profile", "--serve-arg", "x.csv"},
+       "give --profile to bench-serve itself"},
   };
   for (const auto& c : cases) {
     Result r = RunCli(c.args, 60);

@@ -1,0 +1,105 @@
+// Simulator fidelity (`tediserve bench-serve --fidelity`, docs/design.md section 5, "Load
+// generator"): the simulator (src/sim) replays exactly what a live run sent — the same
+// arrivals, prompts, output lengths, SLOs, layout, policy, latency profile and calibration,
+// with the real engine in the loop deciding what each step unmasks — and its SLO attainment
+// and latency are set against the live run's.
+//
+// The live path costs more than the profile's engine steps: every step batch crosses gRPC
+// and the runtime loop, every request crosses HTTP. Those costs are measured, never fitted to
+// the result: before each live run, `probes` requests are sent one at a time to the idle
+// server, and each is compared with the simulator's prediction for it alone:
+//   per request = median(client latency - the server's own latency)      (HTTP in and out)
+//   per step    = median((server latency - simulated latency) / steps)   (RPC, loop, worker)
+// The simulation then charges every step batch the profile's time plus `per step` (a second,
+// "truth" profile, docs/design.md section 4.4: the policy still prices steps with the
+// profile, as the live server does) and adds `per request` to every request's latency. A
+// constant per-request term is exact to add afterwards: it shifts every arrival and every
+// departure alike. Everything here is deterministic and unit-tested (fidelity_test.cc).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/loadgen.h"
+#include "common/status.h"
+#include "engine/task_file.h"
+#include "policy/latency_profile.h"
+
+namespace tediserve::cli::fidelity {
+
+// Costs of the live path that the latency profile leaves out.
+struct Overhead {
+  double per_step_s = 0;     // added to every step batch's duration
+  double per_request_s = 0;  // added to every request's latency
+  int probes = 0;            // solo requests it was measured on (0: not measured, zero overhead)
+  // The probes' medians, for the report.
+  double client_s = 0, server_s = 0, simulated_s = 0, steps = 0;
+};
+
+// One solo request of the probe phase: measured live, and predicted by the simulator alone
+// with the bare profile.
+struct Probe {
+  double client_s = 0;     // at the client, send to answer
+  double server_s = 0;     // the server's own latency (tediserve.latency_ms)
+  int steps = 0;           // the server's count
+  double simulated_s = 0;  // the simulator's latency for it alone (no overhead)
+  int simulated_steps = 0;
+};
+
+// The medians above. Probes that failed (client_s <= 0) are skipped; none left: zero overhead.
+Overhead EstimateOverhead(const std::vector<Probe>& probes);
+
+// `profile` with `offset_s` added to every step, at every TP degree and token count (exact on
+// integer token counts up to `max_tokens`, and beyond it along the profile's own tail).
+StatusOr<policy::LatencyProfile> OffsetProfile(const policy::LatencyProfile& profile, double offset_s,
+                                               int max_tokens);
+
+// What the live server ran with.
+struct SimSetup {
+  std::string model_dir;
+  std::string profile_csv, calibration;
+  std::string policy = "tediserve";
+  std::vector<int> layout{1};  // TP degree of each instance
+  bool cache = true;
+  int max_live = 256;          // serve --max-queue (requests over it are rejected)
+  double slo_scale = 10;       // serve --slo-scale (requests the plan sent without an SLO)
+  double tick_s = 0.005;       // the simulator's housekeeping tick (the live loop ticks when due)
+  Overhead overhead;           // zero: the bare profile
+};
+
+// Simulates `plan` (request i decodes problems[plan[i].problem] with the real engine) and
+// returns one result per planned request in the load generator's form, so that
+// loadgen::Summarize counts attainment and latency exactly as for the live run: latency =
+// simulated finish - arrival + overhead.per_request_s, slo_met = completed within slo_s,
+// correct = the engine's answer is exact, server_latency_s = the simulated latency alone.
+StatusOr<std::vector<loadgen::RequestResult>> SimulatePlan(const SimSetup& setup,
+                                                           const std::vector<loadgen::PlannedRequest>& plan,
+                                                           const std::vector<engine::TaskProblem>& problems);
+
+// `n` probes: spread over the problems (i * 37 mod problems), one second apart, SLO 60 s.
+std::vector<loadgen::PlannedRequest> ProbePlan(size_t problems, int n, int output_len);
+
+// Live against simulated, for one run.
+struct Comparison {
+  loadgen::Summary live, sim, sim_profile_only;
+  Overhead overhead;
+  double attainment_diff_points = 0;  // 100 x (sim - live)
+  double mean_latency_diff = 0;       // sim / live - 1
+  double p90_latency_diff = 0;
+  double profile_only_attainment_diff_points = 0, profile_only_mean_latency_diff = 0;
+  // The server's view: from a request's arrival at the runtime (after HTTP) to its end, the
+  // server's slo_met and latency against the simulation without the per-request term.
+  double server_attainment_diff_points = 0, server_mean_latency_diff = 0;
+  bool attainment_within = false;     // |attainment diff| <= 5 points
+  bool mean_latency_within = false;   // |mean latency diff| <= 10%
+};
+inline constexpr double kAttainmentTargetPoints = 5;
+inline constexpr double kMeanLatencyTarget = 0.10;
+Comparison Compare(const loadgen::Summary& live, const loadgen::Summary& sim,
+                   const loadgen::Summary& sim_profile_only, const Overhead& overhead);
+nlohmann::json ToJson(const Overhead& o);
+nlohmann::json ToJson(const Comparison& c);
+
+}  // namespace tediserve::cli::fidelity

@@ -1,0 +1,200 @@
+#include "cli/fidelity.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "engine/tokenizer.h"
+
+namespace tediserve::cli::fidelity {
+namespace {
+
+const std::string kModel = std::string(TEDI_SOURCE_DIR) + "/models/tiny-llada";
+const std::string kProfile = std::string(TEDI_SOURCE_DIR) + "/data/profiles/tiny-llada-cpu.csv";
+const std::string kCalibration = std::string(TEDI_SOURCE_DIR) + "/data/calibrations/tiny-llada.json";
+
+std::vector<engine::TaskProblem> Problems() {
+  auto tok = engine::Tokenizer::FromFile(kModel + "/tokenizer.json");
+  EXPECT_TRUE(tok.ok()) << tok.status().message();
+  auto p = engine::ReadTaskFile(kModel + "/heldout.jsonl", *tok);
+  EXPECT_TRUE(p.ok()) << p.status().message();
+  return *p;
+}
+
+TEST(FidelityTest, OverheadIsTheProbesMedians) {
+  // HTTP 1.0 ms, 0.2 ms per step beyond the profile; one stalled probe and one failed.
+  std::vector<Probe> probes = {
+      {3.0e-3, 2.0e-3, 2, 1.6e-3, 2}, {2.1e-3, 1.1e-3, 1, 0.9e-3, 1}, {3.2e-3, 2.2e-3, 2, 1.8e-3, 2},
+      {80e-3, 50e-3, 2, 1.7e-3, 2},   {0, 0, 0, 1.0e-3, 1},
+  };
+  const Overhead o = EstimateOverhead(probes);
+  EXPECT_EQ(o.probes, 4);
+  EXPECT_NEAR(o.per_request_s, 1.0e-3, 1e-12);
+  EXPECT_NEAR(o.per_step_s, 0.2e-3, 1e-12);
+  EXPECT_NEAR(o.steps, 2, 1e-12);
+  // The profile slower than the live steps: a negative step term is kept (it is measured).
+  const Overhead neg = EstimateOverhead({{2e-3, 1e-3, 1, 1.5e-3, 1}});
+  EXPECT_NEAR(neg.per_step_s, -0.5e-3, 1e-12);
+  // No usable probe: no overhead.
+  const Overhead none = EstimateOverhead({{0, 0, 0, 1e-3, 1}});
+  EXPECT_EQ(none.probes, 0);
+  EXPECT_EQ(none.per_step_s, 0);
+  EXPECT_EQ(none.per_request_s, 0);
+}
+
+TEST(FidelityTest, OffsetProfileAddsTheOffsetEverywhere) {
+  auto p = policy::LatencyProfile::FromPoints({{1, {{8, 1e-3}, {16, 1.5e-3}, {64, 4e-3}, {128, 9e-3}}},
+                                               {2, {{8, 2e-3}, {128, 6e-3}}}},
+                                              "test");
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  auto q = OffsetProfile(*p, 0.25e-3, 300);
+  ASSERT_TRUE(q.ok()) << q.status().message();
+  for (int tp : {1, 2})
+    for (int n : {1, 4, 8, 9, 16, 40, 64, 100, 128, 129, 300, 600, 5000})
+      EXPECT_NEAR(q->StepSeconds(tp, n), p->StepSeconds(tp, n) + 0.25e-3, 1e-12) << "tp " << tp << " n " << n;
+  // An offset that leaves a step no time is refused.
+  EXPECT_FALSE(OffsetProfile(*p, -1e-3, 300).ok());
+}
+
+TEST(FidelityTest, ProbePlanSpreadsProblemsASecondApart) {
+  const auto plan = ProbePlan(400, 5, 8);
+  ASSERT_EQ(plan.size(), 5u);
+  for (size_t i = 0; i < plan.size(); ++i) {
+    EXPECT_EQ(plan[i].id, static_cast<int64_t>(i));
+    EXPECT_DOUBLE_EQ(plan[i].send_s, static_cast<double>(i));
+    EXPECT_EQ(plan[i].problem, i * 37 % 400);
+    EXPECT_EQ(plan[i].output_len, 8);
+  }
+  EXPECT_TRUE(ProbePlan(0, 5, 8).empty());
+}
+
+TEST(FidelityTest, SimulatedSoloRequestsCostTheProfilePlusTheOverhead) {
+  const auto problems = Problems();
+  ASSERT_FALSE(problems.empty());
+  auto plan = ProbePlan(problems.size(), 20, 8);
+  for (auto& p : plan) p.prompt_len = static_cast<int>(problems[p.problem].ids.size());
+  SimSetup s;
+  s.model_dir = kModel;
+  s.profile_csv = kProfile;
+  s.calibration = kCalibration;
+  s.layout = {1, 1};
+  auto bare = SimulatePlan(s, plan, problems);
+  ASSERT_TRUE(bare.ok()) << bare.status().message();
+  ASSERT_EQ(bare->size(), plan.size());
+  auto prof = policy::LatencyProfile::LoadCsv(kProfile);
+  ASSERT_TRUE(prof.ok());
+  int correct = 0;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const auto& r = (*bare)[i];
+    EXPECT_EQ(r.outcome, "ok") << r.error;
+    EXPECT_GE(r.steps, 1);
+    EXPECT_LE(r.steps, 8);
+    EXPECT_TRUE(r.slo_met);
+    EXPECT_EQ(r.problem, plan[i].problem);
+    // Alone, each step is at least the profile's smallest step and at most a whole sequence's.
+    const int seq = plan[i].prompt_len + 8;
+    EXPECT_GE(r.latency_s, r.steps * prof->StepSeconds(1, 1) - 1e-12);
+    EXPECT_LE(r.latency_s, r.steps * prof->StepSeconds(1, seq) + 1e-9);
+    correct += r.correct;
+  }
+  EXPECT_GE(correct, 15);  // the bundled model is ~95% right at threshold 0.9
+
+  // The same again with the overhead: each solo request costs its steps x per step more,
+  // plus per request; the steps and answers do not change.
+  s.overhead.per_step_s = 0.5e-3;
+  s.overhead.per_request_s = 1e-3;
+  auto with = SimulatePlan(s, plan, problems);
+  ASSERT_TRUE(with.ok()) << with.status().message();
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const auto& a = (*bare)[i];
+    const auto& b = (*with)[i];
+    EXPECT_EQ(a.steps, b.steps);
+    EXPECT_EQ(a.correct, b.correct);
+    EXPECT_NEAR(b.latency_s, a.latency_s + a.steps * 0.5e-3 + 1e-3, 1e-9) << i;
+    EXPECT_NEAR(b.server_latency_s, a.latency_s + a.steps * 0.5e-3, 1e-9) << i;
+  }
+  // Deterministic.
+  auto again = SimulatePlan(s, plan, problems);
+  ASSERT_TRUE(again.ok());
+  for (size_t i = 0; i < plan.size(); ++i) EXPECT_EQ((*again)[i].latency_s, (*with)[i].latency_s);
+}
+
+TEST(FidelityTest, OverloadQueuesAndMissesSlos) {
+  // 200 requests at once on one instance with a 5 ms SLO: most must miss, none is lost.
+  const auto problems = Problems();
+  std::vector<loadgen::PlannedRequest> plan;
+  for (int i = 0; i < 200; ++i) {
+    loadgen::PlannedRequest p;
+    p.id = i;
+    p.send_s = 0.0001 * i;
+    p.problem = static_cast<size_t>(i) % problems.size();
+    p.prompt_len = static_cast<int>(problems[p.problem].ids.size());
+    p.output_len = 8;
+    p.slo_s = 0.005;
+    plan.push_back(p);
+  }
+  SimSetup s;
+  s.model_dir = kModel;
+  s.profile_csv = kProfile;
+  s.calibration = kCalibration;
+  s.layout = {1};
+  s.policy = "infaas";
+  auto r = SimulatePlan(s, plan, problems);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const loadgen::Summary sum = loadgen::Summarize(*r);
+  EXPECT_EQ(sum.requests, 200);
+  EXPECT_EQ(sum.completed, 200);
+  EXPECT_LT(sum.attainment, 0.5);
+  EXPECT_GT(sum.latency_mean_s, 0.005);
+}
+
+TEST(FidelityTest, BadInputsAreErrors) {
+  const auto problems = Problems();
+  auto plan = ProbePlan(problems.size(), 3, 8);
+  SimSetup s;
+  s.model_dir = kModel;
+  s.profile_csv = kProfile;
+  s.calibration = kCalibration;
+  s.layout = {3};  // no TP-3 column
+  EXPECT_FALSE(SimulatePlan(s, plan, problems).ok());
+  s.layout = {1};
+  s.policy = "nosuch";
+  EXPECT_FALSE(SimulatePlan(s, plan, problems).ok());
+  s.policy = "tediserve";
+  plan[1].problem = problems.size();
+  EXPECT_FALSE(SimulatePlan(s, plan, problems).ok());
+}
+
+TEST(FidelityTest, CompareTakesSimMinusLive) {
+  loadgen::Summary live, sim, bare;
+  live.attainment = 0.90;
+  live.latency_mean_s = 0.010;
+  live.latency_p90_s = 0.020;
+  sim.attainment = 0.87;
+  sim.latency_mean_s = 0.0105;
+  sim.latency_p90_s = 0.018;
+  bare.attainment = 0.99;
+  bare.latency_mean_s = 0.005;
+  const Comparison c = Compare(live, sim, bare, Overhead{});
+  EXPECT_NEAR(c.attainment_diff_points, -3, 1e-9);
+  EXPECT_NEAR(c.mean_latency_diff, 0.05, 1e-9);
+  EXPECT_NEAR(c.p90_latency_diff, -0.1, 1e-9);
+  EXPECT_NEAR(c.profile_only_attainment_diff_points, 9, 1e-9);
+  EXPECT_NEAR(c.profile_only_mean_latency_diff, -0.5, 1e-9);
+  EXPECT_NEAR(c.server_attainment_diff_points, 0, 1e-9);
+  EXPECT_FALSE(std::isfinite(c.server_mean_latency_diff));  // no server latencies given
+  EXPECT_TRUE(c.attainment_within);
+  EXPECT_TRUE(c.mean_latency_within);
+  sim.attainment = 0.84;
+  sim.latency_mean_s = 0.0112;
+  const Comparison d = Compare(live, sim, bare, Overhead{});
+  EXPECT_FALSE(d.attainment_within);
+  EXPECT_FALSE(d.mean_latency_within);
+  const auto j = ToJson(d);
+  EXPECT_FALSE(j["attainment_within_5_points"].get<bool>());
+  EXPECT_NEAR(j["live"]["latency_mean_ms"].get<double>(), 10, 1e-9);
+}
+
+}  // namespace
+}  // namespace tediserve::cli::fidelity
