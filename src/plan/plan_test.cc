@@ -191,6 +191,26 @@ TEST(WorkloadMonitorTest, ClassesRatesAndSlosOverASlidingWindow) {
   EXPECT_TRUE(c.empty());
 }
 
+// With mean_lengths_block, a class reports its arrivals' mean lengths (output rounded up to
+// the block, never above the class's bound) and keeps its rounded bound as its identity.
+TEST(WorkloadMonitorTest, ClassesCanReportTheirMeanLengths) {
+  StatusOr<WorkloadMonitor> mon =
+      WorkloadMonitor::Create({.window_s = 100, .prompt_round = 256, .output_round = 256, .mean_lengths_block = 32});
+  ASSERT_TRUE(mon.ok());
+  ASSERT_TRUE(mon->Record(0, 10, 20, 1).ok());   // class (256, 256)
+  ASSERT_TRUE(mon->Record(1, 31, 50, 3).ok());   // class (256, 256)
+  ASSERT_TRUE(mon->Record(2, 300, 256, 4).ok());  // class (512, 256)
+  std::vector<LengthClass> c = mon->Classes(10);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0].prompt_len, 21);   // ceil(20.5)
+  EXPECT_EQ(c[0].output_len, 64);   // mean 35 -> 64
+  EXPECT_DOUBLE_EQ(c[0].slo_s, 2);
+  EXPECT_EQ(c[1].prompt_len, 300);
+  EXPECT_EQ(c[1].output_len, 256);  // at the bound, not above
+  EXPECT_FALSE(WorkloadMonitor::Create({.window_s = 10, .output_round = 256, .mean_lengths_block = 48}).ok());
+  EXPECT_FALSE(WorkloadMonitor::Create({.window_s = 10, .mean_lengths_block = -1}).ok());
+}
+
 TEST(WorkloadMonitorTest, RefusesBadInput) {
   EXPECT_FALSE(WorkloadMonitor::Create({.window_s = 0}).ok());
   EXPECT_FALSE(WorkloadMonitor::Create({.window_s = 10, .prompt_round = 0}).ok());
@@ -410,7 +430,8 @@ TEST(Stage1Test, MatchesBruteForceOnSmallClusters) {
   const policy::LatencyProfile prof = H100();
   std::mt19937 rng(11);
   int planned = 0, fallbacks = 0;
-  for (int t = 0; t < 10; ++t) {
+  int mixed_planned = 0;
+  for (int t = 0; t < 20; ++t) {  // cases 10-19: mixed batches (one bin per degree)
     Stage1Inputs in;
     const int nodes = 1 + static_cast<int>(rng() % 3);
     const int per = t % 2 == 0 ? 4 : 2 + static_cast<int>(rng() % 3);
@@ -422,6 +443,11 @@ TEST(Stage1Test, MatchesBruteForceOnSmallClusters) {
     in.block_size = 32;
     in.recompute_bins = t % 2 == 0 ? std::vector<int>{1024, 4096} : std::vector<int>{2048};
     in.cache_bins = {64, 512};
+    if (t >= 10) {
+      in.mixed_batches = true;
+      in.recompute_bins = t % 2 == 0 ? std::vector<int>{64, 512, 4096} : std::vector<int>{256, 1024, 2048};
+      in.cache_bins.clear();
+    }
     const int nk = 1 + static_cast<int>(rng() % 3);
     for (int k = 0; k < nk; ++k) {
       LengthClass c;
@@ -443,6 +469,10 @@ TEST(Stage1Test, MatchesBruteForceOnSmallClusters) {
       continue;
     }
     ++planned;
+    if (in.mixed_batches) {
+      ++mixed_planned;
+      for (const auto& [d, b] : milp->recompute_bin) EXPECT_EQ(milp->cache_bin.at(d), b) << "TP" << d << ": one batch, one bin";
+    }
     EXPECT_NEAR(milp->mean_threshold, bf->mean_threshold, 1e-4);
     EXPECT_NEAR(milp->mean_latency_s, bf->mean_latency_s, 1e-4 * std::max(1.0, bf->mean_latency_s));
     double third = 0;
@@ -453,6 +483,7 @@ TEST(Stage1Test, MatchesBruteForceOnSmallClusters) {
   }
   // The cases exercise both outcomes.
   EXPECT_GE(planned, 3);
+  EXPECT_GE(mixed_planned, 2);
   EXPECT_GE(fallbacks, 1);
 }
 
@@ -502,6 +533,78 @@ TEST(Stage1Test, LeavingOutDominatedBinsKeepsTheOptimum) {
     }
   }
   EXPECT_GE(planned, 3);
+}
+
+// A step is charged at the batch the load builds up (the smallest bin that holds it), not at
+// a bin that must hold the longest class: a short class next to a 3840-token one is not
+// charged 3840-token recompute steps. With the H100 profile and one class of (256, 256)
+// (8 blocks) beside one of (3584, 256), at 0.1 req/s each, all TP-1: the short class's
+// modelled latency is about its solo run, 8 x l_1(512) + 76.8 x l_1(32) = 1.11 s. Charged at a
+// 4096-token bin it would be 8 x l_1(4096) + 76.8 x l_1(32) = 1.96 s, over its 1.5 s SLO,
+// and 16 x TP-1 would be called infeasible (what the E1 run with reconfiguration hit).
+TEST(Stage1Test, StepsAreChargedAtTheBatchTheLoadBuilds) {
+  const policy::LatencyProfile prof = H100();
+  Stage1Inputs in;
+  in.gpus_per_node = {4, 4, 4, 4};
+  in.tp_degrees = {1, 2, 4};
+  in.profile = &prof;
+  in.thresholds = {0.9};
+  in.tokens_per_step = {3.02};
+  in.block_size = 32;
+  const double blocks = 8, cache = 256 / 3.02 - 8;
+  const double solo_short = blocks * prof.StepSeconds(1, 512) + cache * prof.StepSeconds(1, 32);
+  const double solo_long = blocks * prof.StepSeconds(1, 3840) + cache * prof.StepSeconds(1, 32);
+  ASSERT_NEAR(solo_short, 1.11, 0.02);
+  ASSERT_GT(blocks * prof.StepSeconds(1, 4096) + cache * prof.StepSeconds(1, 32), 1.5);  // the old charge
+  in.classes = {{256, 256, 0.1, 1.5}, {3584, 256, 0.1, 5 * solo_long}};
+  Stage1Options o;
+  o.fixed_instances = std::map<int, int>{{1, 16}};
+  StatusOr<Stage1Result> r = PlanStage1(in, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->outcome, Stage1Outcome::kPlanned) << r->reason;
+  ASSERT_EQ(r->classes.size(), 2u);
+  EXPECT_NEAR(r->classes[0].latency_s, solo_short, 0.02 * solo_short);
+  EXPECT_NEAR(r->classes[1].latency_s, solo_long, 0.02 * solo_long);
+  EXPECT_LE(r->recompute_bin.at(1), 512);  // the light load's batch, not 4096
+
+  // More load builds bigger batches: the same layout at 10 req/s per class charges more per
+  // step (the stability row needs a bin that holds the batch), and still meets the SLOs.
+  in.classes[0].rps = in.classes[1].rps = 10;
+  in.classes[0].slo_s = 5 * solo_short;
+  r = PlanStage1(in, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->outcome, Stage1Outcome::kPlanned) << r->reason;
+  EXPECT_GT(r->classes[0].latency_s, 1.05 * solo_short);
+  EXPECT_GT(r->recompute_bin.at(1) + r->cache_bin.at(1), 512 + 32);
+
+  // Default bins: 2^i and 1.5 x 2^i; recompute ones from the largest <= the shortest class's
+  // P + O (512) to the token budget, cache ones from B to 32 B.
+  in.classes[0].rps = in.classes[1].rps = 0.1;
+  StatusOr<Stage1Problem> p = MakeStage1Problem(in);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->recompute_bins, (std::vector<int>{512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192}));
+  EXPECT_EQ(p->cache_bins, (std::vector<int>{32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024}));
+  // A recompute step of the long class in a 512-token bin costs its own 3840 tokens.
+  EXPECT_DOUBLE_EQ(p->rec_lat_k[1][0][0], prof.StepSeconds(1, 3840));
+  EXPECT_DOUBLE_EQ(p->rec_lat_k[0][0][0], prof.StepSeconds(1, 512));
+
+  // Mixed batches: one bin list from B to the budget, and one bin per degree for recompute
+  // and cache steps together: a restriction of the separate bins, so never faster.
+  in.mixed_batches = true;
+  p = MakeStage1Problem(in);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->recompute_bins.front(), 32);
+  EXPECT_EQ(p->recompute_bins.back(), 8192);
+  EXPECT_EQ(p->cache_bins, p->recompute_bins);
+  in.classes[0].rps = in.classes[1].rps = 10;
+  StatusOr<Stage1Result> split = r;  // the separate-bin result at 10 req/s
+  r = PlanStage1(in, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->outcome, Stage1Outcome::kPlanned) << r->reason;
+  EXPECT_EQ(r->recompute_bin.at(1), r->cache_bin.at(1));
+  EXPECT_GE(r->mean_latency_s, split->mean_latency_s - 1e-9);
+  in.cache_bins = {32, 64};
+  EXPECT_THAT(MakeStage1Problem(in).status().message(), HasSubstr("one bin list"));
 }
 
 // ---------------------------------------------------------------- Stage 2

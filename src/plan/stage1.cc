@@ -28,10 +28,15 @@ std::string ClassName(const LengthClass& c) {
   return "class (prompt " + std::to_string(c.prompt_len) + ", output " + std::to_string(c.output_len) + ")";
 }
 
-int NextPow2(int x) {
-  int p = 1;
-  while (p < x) p *= 2;
-  return p;
+// The default bin sizes up to `hi`: 2^i and 1.5 * 2^i (1, 2, 3, 4, 6, 8, 12, ...), so that
+// the smallest bin that holds a load's batch is at most 1.5x that batch.
+std::vector<int> DefaultBinSizes(int hi) {
+  std::vector<int> out;
+  for (int64_t p = 1; p <= hi; p *= 2) {
+    out.push_back(static_cast<int>(p));
+    if (p >= 2 && p + p / 2 <= hi) out.push_back(static_cast<int>(p + p / 2));
+  }
+  return out;
 }
 
 Status CheckBins(const std::vector<int>& bins, const char* what) {
@@ -133,17 +138,32 @@ StatusOr<Stage1Problem> MakeStage1Problem(const Stage1Inputs& in) {
   // Bins.
   p.recompute_bins = in.recompute_bins;
   p.cache_bins = in.cache_bins;
+  p.mixed_batches = in.mixed_batches;
+  if (p.mixed_batches) {
+    if (!p.cache_bins.empty() && p.cache_bins != p.recompute_bins)
+      return InvalidArgument("mixed batches: one bin list (recompute_bins); cache_bins must be empty or the same");
+    if (p.recompute_bins.empty()) {
+      for (int b : DefaultBinSizes(in.token_budget))
+        if (b >= in.block_size && b < in.token_budget) p.recompute_bins.push_back(b);
+      p.recompute_bins.push_back(in.token_budget);
+    }
+    p.cache_bins = p.recompute_bins;
+  }
   if (p.recompute_bins.empty() && !p.classes.empty()) {
+    // A recompute step costs l_d(max(bin, P+O)), so bins below the shortest class's P+O
+    // all cost what that class's own tokens cost: start at the largest size <= it.
     int lo = in.token_budget;
     for (const LengthClass& c : p.classes) lo = std::min(lo, c.prompt_len + c.output_len);
     std::vector<int> bins;
-    for (int b = NextPow2(lo); b < in.token_budget; b *= 2) bins.push_back(b);
+    for (int b : DefaultBinSizes(in.token_budget))
+      if (b < in.token_budget) bins.push_back(b);
+    while (bins.size() > 1 && bins[1] <= lo) bins.erase(bins.begin());
     bins.push_back(in.token_budget);
-    if (bins.size() > 6) bins.erase(bins.begin(), bins.end() - 6);
     p.recompute_bins = bins;
   }
   if (p.cache_bins.empty())
-    for (int b = in.block_size; b <= std::min(in.token_budget, 32 * in.block_size); b *= 2) p.cache_bins.push_back(b);
+    for (int b : DefaultBinSizes(std::min(in.token_budget, 32 * in.block_size)))
+      if (b >= in.block_size) p.cache_bins.push_back(b);
   if (!p.classes.empty()) {
     RETURN_IF_ERROR(CheckBins(p.recompute_bins, "recompute"));
     RETURN_IF_ERROR(CheckBins(p.cache_bins, "cache"));
@@ -160,22 +180,33 @@ StatusOr<Stage1Problem> MakeStage1Problem(const Stage1Inputs& in) {
     p.rec_lat.push_back(std::move(r));
     p.cache_lat.push_back(std::move(c));
   }
+  for (const LengthClass& c : p.classes) {
+    const int seq = c.prompt_len + c.output_len;
+    std::vector<std::vector<double>> per_d;
+    for (size_t d = 0; d < p.degrees.size(); ++d) {
+      std::vector<double> r;
+      for (size_t b = 0; b < p.recompute_bins.size(); ++b)
+        r.push_back(p.recompute_bins[b] >= seq ? p.rec_lat[d][b] : in.profile->StepSeconds(p.degrees[d], seq));
+      per_d.push_back(std::move(r));
+    }
+    p.rec_lat_k.push_back(std::move(per_d));
+  }
   return p;
 }
 
 namespace {
 
-// Fastest possible run of a class: every step at the highest T_c, on the degree and smallest
-// admissible bins that are fastest.
-double FastestRun(const Stage1Problem& p, const LengthClass& c) {
+// Fastest possible run of class k: every step at the highest T_c, on the degree and bins that
+// are fastest.
+double FastestRun(const Stage1Problem& p, size_t k) {
+  const LengthClass& c = p.classes[k];
   const double tmax = *std::max_element(p.tokens_per_step.begin(), p.tokens_per_step.end());
   const double blocks = c.output_len / p.block_size;
   const double cache_steps = std::max(0.0, c.output_len / tmax - blocks);
   double best = kInf;
   for (size_t d = 0; d < p.degrees.size(); ++d) {
     double rec = kInf, cache = kInf;
-    for (size_t b = 0; b < p.recompute_bins.size(); ++b)
-      if (p.recompute_bins[b] >= c.prompt_len + c.output_len) rec = std::min(rec, p.rec_lat[d][b]);
+    for (size_t b = 0; b < p.recompute_bins.size(); ++b) rec = std::min(rec, p.rec_lat_k[k][d][b]);
     for (size_t b = 0; b < p.cache_bins.size(); ++b)
       if (p.cache_bins[b] >= p.block_size) cache = std::min(cache, p.cache_lat[d][b]);
     best = std::min(best, blocks * rec + cache_steps * cache);
@@ -265,6 +296,9 @@ Stage1Mip BuildMip(const Stage1Problem& p, bool use_all_gpus, const std::optiona
     }
     m.AddRow("onebin_" + std::to_string(p.degrees[d]), 1, 1, one);
     m.AddRow("onecbin_" + std::to_string(p.degrees[d]), 1, 1, onec);
+    if (p.mixed_batches)  // one batch: the same bin for both (same list, same dominated bins)
+      for (size_t b = 0; b < zr.size(); ++b)
+        if (zr[b] >= 0 && zcr[b] >= 0) m.AddRow("mixed_" + std::to_string(p.degrees[d]) + "_" + std::to_string(b), 0, 0, {{zr[b], 1.0}, {zcr[b], -1.0}});
     s.z.push_back(zr);
     s.zc.push_back(zcr);
   }
@@ -303,17 +337,18 @@ Stage1Mip BuildMip(const Stage1Problem& p, bool use_all_gpus, const std::optiona
     for (int d = 0; d < nd; ++d) {
       const std::string ds = std::to_string(p.degrees[d]);
       for (size_t b = 0; b < p.recompute_bins.size(); ++b) {
-        if (p.recompute_bins[b] < seq || s.z[d][b] < 0) {
+        if (s.z[d][b] < 0) {
           s.w[k][d].push_back(-1);
           continue;
         }
         const int col = m.AddCol("w_" + ks + "_" + ds + "_" + std::to_string(b), 0, blocks, false);
         s.w[k][d].push_back(col);
         rec_d.emplace_back(col, 1.0);
-        const double L = p.rec_lat[d][b];
+        // The step runs in a batch of the bin's tokens, or of the class's own if it is longer.
+        const double L = p.rec_lat_k[k][d][b];
         slo.emplace_back(col, L);
         s.obj2.emplace_back(col, c.rps * L / rps_sum);
-        stab[d].emplace_back(col, c.rps * seq * L / p.recompute_bins[b]);
+        stab[d].emplace_back(col, c.rps * seq * L / std::max(p.recompute_bins[b], seq));
         m.AddRow("link_" + ks + "_" + ds + "_" + std::to_string(b), -kInf, 0, {{col, 1.0}, {s.z[d][b], -blocks}});
       }
       for (size_t b = 0; b < p.cache_bins.size(); ++b) {
@@ -396,8 +431,9 @@ StatusOr<Stage1Result> PlanStage1(const Stage1Inputs& inputs, const Stage1Option
     finish(r);
     return r;
   }
-  for (const LengthClass& c : p.classes) {
-    const double fastest = FastestRun(p, c);
+  for (size_t k = 0; k < p.classes.size(); ++k) {
+    const LengthClass& c = p.classes[k];
+    const double fastest = FastestRun(p, k);
     if (fastest > c.slo_s)
       return fallback(ClassName(c) + ": its SLO of " + std::to_string(c.slo_s) + " s is shorter than its fastest possible run (" +
                       std::to_string(fastest) + " s)");
@@ -477,7 +513,7 @@ StatusOr<Stage1Result> PlanStage1(const Stage1Inputs& inputs, const Stage1Option
       for (size_t b = 0; b < p.recompute_bins.size(); ++b)
         if (s.w[k][d][b] >= 0) {
           rec += x[s.w[k][d][b]];
-          cp.latency_s += x[s.w[k][d][b]] * p.rec_lat[d][b];
+          cp.latency_s += x[s.w[k][d][b]] * p.rec_lat_k[k][d][b];
         }
       for (size_t b = 0; b < p.cache_bins.size(); ++b)
         if (s.wc[k][d][b] >= 0) {

@@ -36,11 +36,19 @@ struct Stage1Inputs {
   int block_size = 32;                  // B
   int max_context = 4096;               // longest prompt + output a request may have
   int token_budget = 8192;              // largest batch (tokens) an instance runs
-  // Batch bins in tokens (ascending, distinct). Empty: recompute bins are the powers of two
-  // from the smallest class's P+O (rounded up) to the token budget, at most 6 of them (the
-  // largest kept); cache bins B, 2B, 4B, ... up to 32B or the budget.
+  // Batch bins in tokens (ascending, distinct): the mean tokens per step of an instance's
+  // recompute / cache batches (the stability row makes the chosen bin hold the batch the
+  // load builds up). Empty: the sizes 2^i and 1.5 * 2^i (32, 48, 64, 96, ...); recompute bins
+  // from the largest such size <= the smallest class's P+O up to the token budget (which is
+  // always the last), cache bins from B up to 32B or the budget.
   std::vector<int> recompute_bins;
   std::vector<int> cache_bins;
+  // Mixed batches: an instance runs recompute and cache steps in one batch (continuous
+  // batching), so each degree has one bin that holds both: z_{d,b} = z'_{d,b}, one bin list
+  // (recompute_bins; cache_bins must be empty or the same; default 2^i and 1.5 * 2^i from B
+  // to the token budget), and a cache step costs l_d(b) of the whole batch. Off: the paper's
+  // separate recompute and cache bins (the instance alternates recompute and cache batches).
+  bool mixed_batches = false;
   std::vector<LengthClass> classes;     // classes with rps 0 are ignored
 };
 
@@ -108,10 +116,14 @@ struct Stage1Problem {
   std::vector<int> degrees;
   std::vector<double> thresholds, tokens_per_step;
   int block_size = 0;
-  std::vector<int> recompute_bins, cache_bins;
+  std::vector<int> recompute_bins, cache_bins;  // equal when mixed_batches
+  bool mixed_batches = false;
   std::vector<LengthClass> classes;  // rps > 0 only
   // L[d][b]: step seconds of degree index d at recompute bin b / cache bin b
   std::vector<std::vector<double>> rec_lat, cache_lat;
+  // rec_lat_k[k][d][b]: what a recompute step of class k costs in recompute bin b of degree
+  // d: l_d(max(b, P_k + O_k)) (the step's batch holds at least the class's own tokens).
+  std::vector<std::vector<std::vector<double>>> rec_lat_k;
 };
 StatusOr<Stage1Problem> MakeStage1Problem(const Stage1Inputs& inputs);
 

@@ -90,8 +90,8 @@ StatusOr<BruteForceStage1Result> BruteForceStage1(const Stage1Inputs& inputs, co
       (void)tmin;
       for (int d = 0; d < nd; ++d) {
         const int rb = p.recompute_bins[zb[d]], cb = p.cache_bins[zcb[d]];
-        const double rl = p.rec_lat[d][zb[d]], cl = p.cache_lat[d][zcb[d]];
-        r[k].push_back(m.AddCol("r", 0, rb >= seq ? kInf : 0, false));
+        const double rl = p.rec_lat_k[k][d][zb[d]], cl = p.cache_lat[d][zcb[d]];
+        r[k].push_back(m.AddCol("r", 0, kInf, false));
         q[k].push_back(m.AddCol("q", 0, cb >= B ? kInf : 0, false));
         rd.emplace_back(r[k][d], 1);
         cs.emplace_back(q[k][d], 1);
@@ -99,7 +99,7 @@ StatusOr<BruteForceStage1Result> BruteForceStage1(const Stage1Inputs& inputs, co
         slo.emplace_back(q[k][d], cl);
         o2.emplace_back(r[k][d], c.rps * rl / rps_sum);
         o2.emplace_back(q[k][d], c.rps * cl / rps_sum);
-        stab[d].emplace_back(r[k][d], c.rps * seq * rl / rb);
+        stab[d].emplace_back(r[k][d], c.rps * seq * rl / std::max(rb, seq));
         stab[d].emplace_back(q[k][d], c.rps * B * cl / cb);
       }
       m.AddRow("blocks", blocks, blocks, rc);
@@ -141,6 +141,10 @@ StatusOr<BruteForceStage1Result> BruteForceStage1(const Stage1Inputs& inputs, co
   std::function<Status(int)> bins = [&](int i) -> Status {
     if (i == 2 * nd) return solve_lp();
     const int d = i % nd;
+    if (p.mixed_batches && i >= nd) {  // one batch: the cache bin is the recompute bin
+      zcb[d] = zb[d];
+      return bins(i + 1);
+    }
     std::vector<int>& v = i < nd ? zb : zcb;
     const int nb = static_cast<int>(i < nd ? p.recompute_bins.size() : p.cache_bins.size());
     for (int b = 0; b < nb; ++b) {

@@ -27,6 +27,12 @@ struct MonitorOptions {
   int output_round = 256;  // output lengths rounded up to a multiple of this (a block multiple)
   double start_s = 0;      // when monitoring began: until a full window has passed, rates
                            // are counts / (now - start_s)
+  // > 0: a class reports the mean lengths of its arrivals in the window (prompt rounded up to
+  // a token, output rounded up to a multiple of this, the block size) instead of its rounded
+  // bound. The SLO of a class is its arrivals' mean SLO, which follows their real lengths;
+  // lengths rounded up to 256 make a class of short outputs look up to 8x longer than the
+  // requests whose SLOs it averages (docs/design.md 10.2). 0: the rounded bound.
+  int mean_lengths_block = 0;
 };
 
 class WorkloadMonitor {
@@ -39,7 +45,8 @@ class WorkloadMonitor {
 
   // The classes with at least one arrival inside (now - window_s, now], ordered by
   // (prompt, output); forgets older arrivals. rps = arrivals in the window / the window
-  // (or the time since start_s while that is shorter, at least 1 s); slo_s = their mean SLO.
+  // (or the time since start_s while that is shorter, at least 1 s); slo_s = their mean SLO;
+  // lengths: the class's rounded bound, or its arrivals' means (mean_lengths_block).
   std::vector<LengthClass> Classes(double now);
 
   const MonitorOptions& options() const { return options_; }
@@ -50,8 +57,12 @@ class WorkloadMonitor {
 
   MonitorOptions options_;
   double last_ = -1e300;
-  // per class (P, O): (arrival time, SLO) in arrival order
-  std::map<std::pair<int, int>, std::deque<std::pair<double, double>>> arrivals_;
+  struct Arrival {
+    double time, slo;
+    int prompt_len, output_len;
+  };
+  // per class (P, O): arrivals in arrival order
+  std::map<std::pair<int, int>, std::deque<Arrival>> arrivals_;
 };
 
 // Rounds x (>= 1) up to a multiple of `to` (>= 1).

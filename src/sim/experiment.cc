@@ -334,7 +334,8 @@ Status ParseReconfig(const YAML::Node& n, RunConfig* rc) {
   const std::string p = "reconfig";
   RETURN_IF_ERROR(ExpectMap(n, p));
   RETURN_IF_ERROR(CheckKeys(n, p, {"enabled", "tp_degrees", "period_s", "window_s", "load_delay_s", "min_gain",
-                                   "prompt_round", "output_round", "max_context", "node_limit"}));
+                                   "prompt_round", "output_round", "class_lengths", "batch_model", "max_context",
+                                   "node_limit"}));
   ReconfigOptions& o = rc->sim.reconfig;
   ASSIGN_OR_RETURN(o.enabled, GetBoolOr(n, p, "enabled", true));
   if (HasField(n, "tp_degrees")) {
@@ -351,6 +352,14 @@ Status ParseReconfig(const YAML::Node& n, RunConfig* rc) {
   ASSIGN_OR_RETURN(o.min_gain, GetDoubleOr(n, p, "min_gain", 0.1, 0, 10));
   ASSIGN_OR_RETURN(o.prompt_round, GetIntOr(n, p, "prompt_round", 256, 1, 1 << 20));
   ASSIGN_OR_RETURN(o.output_round, GetIntOr(n, p, "output_round", 256, 1, 1 << 20));
+  ASSIGN_OR_RETURN(std::string lengths, GetStringOr(n, p, "class_lengths", "mean"));
+  if (lengths != "mean" && lengths != "bound")
+    return InvalidArgument("reconfig.class_lengths: must be \"mean\" or \"bound\", got \"" + SanitizeUtf8(lengths) + "\"");
+  o.class_means = lengths == "mean";
+  ASSIGN_OR_RETURN(std::string batches, GetStringOr(n, p, "batch_model", "split"));
+  if (batches != "mixed" && batches != "split")
+    return InvalidArgument("reconfig.batch_model: must be \"mixed\" or \"split\", got \"" + SanitizeUtf8(batches) + "\"");
+  o.mixed_batches = batches == "mixed";
   ASSIGN_OR_RETURN(o.max_context, GetIntOr(n, p, "max_context", 4096, 2, 1 << 24));
   ASSIGN_OR_RETURN(int nl, GetIntOr(n, p, "node_limit", 20000, 0, 1 << 30));
   o.node_limit = nl;

@@ -22,6 +22,7 @@ StatusOr<Reconfigurator> Reconfigurator::Create(const ReconfigOptions& o, const 
   mo.window_s = o.window_s;
   mo.prompt_round = o.prompt_round;
   mo.output_round = o.output_round;
+  mo.mean_lengths_block = o.class_means ? block_size : 0;
   ASSIGN_OR_RETURN(plan::WorkloadMonitor mon, plan::WorkloadMonitor::Create(mo));
   Reconfigurator r(o, std::move(mon));
   r.profile_ = profile;
@@ -39,6 +40,7 @@ StatusOr<Reconfigurator> Reconfigurator::Create(const ReconfigOptions& o, const 
   in.block_size = block_size;
   in.max_context = o.max_context;
   in.token_budget = token_budget;
+  in.mixed_batches = o.mixed_batches;
   RETURN_IF_ERROR(plan::MakeStage1Problem(in).status().WithContext("reconfig"));
   return r;
 }
@@ -57,6 +59,7 @@ StatusOr<std::vector<plan::PlanStep>> Reconfigurator::Decide(double now, const s
   in.block_size = block_size_;
   in.max_context = options_.max_context;
   in.token_budget = token_budget_;
+  in.mixed_batches = options_.mixed_batches;
   in.classes = monitor_.Classes(now);
   plan::MipOptions mip;
   mip.node_limit = options_.node_limit;

@@ -26,6 +26,13 @@ struct ReconfigOptions {
   double min_gain = 0.10;              // switch when the mean threshold is this much higher,
                                        // or equal and the mean slack this much larger
   int prompt_round = 256, output_round = 256;
+  // Lengths a class is planned with: its arrivals' means ("mean", the output rounded up to the
+  // block) or its rounded bound ("bound": every request as long as the class's longest).
+  bool class_means = true;
+  // Stage 1's batch model: split (the paper's separate recompute and cache bins) or mixed
+  // (one bin per degree for the batch of recompute and cache steps together, as the
+  // simulator runs them; larger MILPs: E1's reconfigured run took ~3x the CPU time).
+  bool mixed_batches = false;
   int max_context = 4096;
   int64_t node_limit = 20000;          // per MILP solve (deterministic)
 };

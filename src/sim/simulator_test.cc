@@ -227,6 +227,16 @@ TEST_F(SimulatorTest, ReconfigurationSwitchesLayoutAndLosesNothing) {
   for (size_t i = 0; i < a->requests.size(); ++i) EXPECT_EQ(a->requests[i].latency, b->requests[i].latency);
   EXPECT_EQ(a->layouts.size(), b->layouts.size());
 
+  // The planner's other models (one mixed batch bin per degree; classes at their rounded
+  // bounds rather than their mean lengths) drive the same execution: nothing is lost.
+  o.reconfig.mixed_batches = true;
+  o.reconfig.class_means = false;
+  auto c = Run(o, rs);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->unaccounted, 0);
+  EXPECT_EQ(Outcomes(*c)[host::Outcome::kCompleted], static_cast<int>(rs.size()));
+  EXPECT_EQ(c->plans.size(), a->plans.size());
+
   o.faults.random_failures = 1;
   EXPECT_THAT(Run(o, rs).status().message(), HasSubstr("faults"));
 }
