@@ -389,7 +389,7 @@ void Runtime::DeclareMetrics() {
   m.Histogram("tediserve_step_seconds", "Step batch time measured by the worker.", kLatencyBounds);
   m.Gauge("tediserve_instances", "Model instances by TP degree and state.");
   m.Counter("tediserve_migrations_total", "Requests moved to another instance.");
-  m.Counter("tediserve_layout_changes_total", "Layout changes asked for (POST /admin/layout).");
+  m.Counter("tediserve_layout_changes_total", "Layout changes started (POST /admin/layout or the --reconfigure planner).");
   m.Counter("tediserve_worker_failures_total", "Workers that died or stopped answering.");
   m.Counter("tediserve_batch_failures_total", "Step batches a worker refused.");
   m.Gauge("tediserve_predictor_fallbacks", "Step predictions that fell back to the one-shot estimate.");
