@@ -48,6 +48,7 @@ VOCAB_SIZE = 48
 
 GEN_LENGTH = 8    # tokens the model writes (answer, then EOS fill)
 BLOCK_SIZE = 4    # decoding block of the default eval setting
+DECODE_BLOCK_SIZE = 0  # the block size config.json gives the engine, if not BLOCK_SIZE
 
 
 def encode(s):
@@ -749,7 +750,7 @@ def write_model_folder(model, out, held):
         "rms_norm_eps": cfg.rms_eps, "mask_token_id": MASK_ID, "eos_token_id": EOS_ID,
         "pad_token_id": EOS_ID, "weight_tying": False, "include_bias": False,
         "torch_dtype": "bfloat16",
-        "tediserve": {"gen_length": GEN_LENGTH, "block_size": BLOCK_SIZE},
+        "tediserve": {"gen_length": GEN_LENGTH, "block_size": DECODE_BLOCK_SIZE or BLOCK_SIZE},
     }
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(config, f, indent=1)
@@ -797,7 +798,7 @@ def write_reference(model, path, rng, mask_id, lengths):
 
 
 def main():
-    global BLOCK_SIZE, GEN_LENGTH
+    global BLOCK_SIZE, GEN_LENGTH, DECODE_BLOCK_SIZE
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="models/tiny-llada")
     ap.add_argument("--fixtures", default="tests/fixtures")
@@ -814,6 +815,8 @@ def main():
     ap.add_argument("--report", type=int, default=200, help="held-out problems decoded in the report")
     ap.add_argument("--eval-only", action="store_true", help="reload --out and report")
     ap.add_argument("--task-set", default="small", choices=sorted(TASK_SETS))
+    ap.add_argument("--decode-block-size", type=int, default=0,
+                    help="the decoding block config.json names (default: --block-size); training is unchanged")
     ap.add_argument("--block-size", type=int, default=BLOCK_SIZE,
                     help="decoding block recorded in config.json and used by the report")
     ap.add_argument("--resume", default="", help="start from this train_state.pt (a second stage)")
@@ -849,6 +852,9 @@ def main():
     if args.block_size <= 0 or GEN_LENGTH % args.block_size:
         ap.error("--block-size must divide the gen length %d" % GEN_LENGTH)
     BLOCK_SIZE = args.block_size
+    if args.decode_block_size and (args.decode_block_size < 0 or GEN_LENGTH % args.decode_block_size):
+        ap.error("--decode-block-size must divide the gen length %d" % GEN_LENGTH)
+    DECODE_BLOCK_SIZE = args.decode_block_size
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     use_task_set(args.task_set)
@@ -971,6 +977,7 @@ def write_training_md(args):
                 f"--batch {args.batch} --lr {args.lr} --threads {args.threads} "
                 f"--d-model {args.d_model} --layers {args.layers} --rope-theta {args.rope_theta} "
                 f"--task-set {args.task_set} --block-size {args.block_size}" +
+                (f" --decode-block-size {args.decode_block_size}" if args.decode_block_size else "") +
                 (f" --gen-length {args.gen_length}" if args.gen_length != 8 else "") +
                 (f" --reference-name {args.reference_name}"
                  if args.reference_name != "llada_reference.safetensors" else "") +

@@ -64,6 +64,10 @@ TEST(TransformerTest, TinyLladaMatchesPyTorchReference) {
   CheckAgainstFixture(kSrc + "/models/tiny-llada", kSrc + "/tests/fixtures/llada_reference.safetensors");
 }
 
+TEST(TransformerTest, TinyLladaLongMatchesPyTorchReference) {
+  CheckAgainstFixture(kSrc + "/models/tiny-llada-long", kSrc + "/tests/fixtures/llada_long_reference.safetensors");
+}
+
 TEST(TransformerTest, DreamLayoutMatchesPyTorchReference) {
   CheckAgainstFixture(kSrc + "/tests/fixtures/tiny-dream", kSrc + "/tests/fixtures/dream_reference.safetensors");
 }

@@ -192,6 +192,32 @@ TEST_F(SimulateTest, PlotsArePngs) {
   }
 }
 
+// The multi-block model in the loop: 4 blocks of 16 per request, so every request has
+// recompute steps after the first and block boundaries where it can move.
+TEST_F(SimulateTest, EngineInTheLoopMultiBlockModel) {
+  const std::string o = Out("engine_long");
+  const std::string m = Repo("models/tiny-llada-long");
+  const auto cfg = nlohmann::json::parse(ReadFile(m + "/config.json"))["tediserve"];
+  ASSERT_GE(cfg["gen_length"].get<int>() / cfg["block_size"].get<int>(), 4);
+  std::ostringstream c;
+  c << "name: engine_long\nseed: 3\n"
+    << "cluster: {nodes: 1, gpus_per_node: 2, token_budget: 2048}\n"
+    << "model:\n  profile: {csv: " << Repo("data/profiles/tiny-llada-long-cpu.csv") << "}\n"
+    << "  denoiser: {type: engine, model: " << m << ", calibration: " << Repo("data/calibrations/tiny-llada-long.json")
+    << "}\n  block_size: " << cfg["block_size"].get<int>() << "\n  cache: true\n"
+    << "policy: {name: tediserve, estimator: predictor, predictor: " << m << "/step_predictor.json}\n"
+    << "workload:\n  arrivals: {type: poisson, rate: 50, num_requests: 40}\n"
+    << "  lengths: {type: fixed, prompt_len: 12, output_len: " << cfg["gen_length"].get<int>() << "}\n"
+    << "slo: {scale: 5}\noutput: {dir: " << o << "}\n";
+  ExpectSuccess(RunCli({"simulate", Write("el.yaml", c.str()), "--no-plots", "--quiet"}));
+  const auto summary = nlohmann::json::parse(ReadFile(o + "/tediserve/summary.json"));
+  EXPECT_EQ(summary["overall"]["requests"].get<int>(), 40);
+  EXPECT_GT(summary["overall"]["quality"].get<double>(), 0.5);
+  // Several steps per block: the policy has block boundaries and steps to act on.
+  EXPECT_GT(summary["scheduler"]["predictions"].get<int>(), 4 * 40);
+  EXPECT_EQ(summary["scheduler"]["predictor_fallbacks"].get<int>(), 0);
+}
+
 TEST_F(SimulateTest, EngineInTheLoop) {
   const std::string o = Out("engine");
   std::ostringstream c;
