@@ -764,14 +764,14 @@ Status WritePlots(const std::string& dir, const std::vector<RunResult>& runs, do
 }  // namespace
 
 CLI::App* AddBenchServeCommand(CLI::App& app, BenchServeArgs* a) {
-  a->model_dir = DefaultModelDir();
+  a->model_dir = DefaultModelDir(kServeModel);
   CLI::App* b = app.add_subcommand(
       "bench-serve", "load generator: held-out prompts to a live server at a rate; attainment, latency, accuracy");
   b->add_option("--url", a->url, "the server (default http://127.0.0.1:8000)");
   b->add_option("--policies", a->policies,
                 "start `tediserve serve --policy P` for each, one run per policy and rate, and compare them")
       ->delimiter(',');
-  b->add_option("--model", a->model_dir, "model folder: its held-out set, tokenizer, profile (default: the bundled model)");
+  b->add_option("--model", a->model_dir, "model folder: its held-out set, tokenizer, profile (default: the bundled multi-block model, as serve)");
   b->add_option("--tasks", a->tasks, "JSONL of {prompt, answer[, task]} (default: MODEL/heldout.jsonl)");
   b->add_option("--arrivals", a->arrivals, "poisson or gamma")->check(CLI::IsMember({"poisson", "gamma"}));
   b->add_option("--rate", a->rates, "requests/s, one run each (burstgpt: the peak hour's)")

@@ -12,12 +12,12 @@
 
 namespace tediserve::cli {
 
-std::string DefaultModelDir() {
+std::string DefaultModelDir(const std::string& name) {
   namespace fs = std::filesystem;
   // Next to the binary's source tree when run from a build folder, else the working dir.
-  for (const fs::path& p : {fs::path(TEDI_SOURCE_DIR) / "models/tiny-llada", fs::path("models/tiny-llada")})
+  for (const fs::path& p : {fs::path(TEDI_SOURCE_DIR) / "models" / name, fs::path("models") / name})
     if (fs::exists(p / "config.json")) return p.string();
-  return "models/tiny-llada";
+  return "models/" + name;
 }
 
 StatusOr<ModelBundle> LoadBundle(const std::string& dir) {

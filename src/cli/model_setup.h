@@ -14,8 +14,13 @@
 
 namespace tediserve::cli {
 
-// The folder of the bundled tiny model, relative to the source tree or the install.
-std::string DefaultModelDir();
+// The bundled models: the tiny one (one block of 8; generate, eval, bench and the fast tests)
+// and the multi-block one (8 blocks of 8; what `serve` and `bench-serve` use by default).
+inline constexpr const char* kTinyModel = "tiny-llada";
+inline constexpr const char* kServeModel = "tiny-llada-long";
+
+// The folder of a bundled model, relative to the source tree or the working directory.
+std::string DefaultModelDir(const std::string& name = kTinyModel);
 
 struct ModelBundle {
   std::shared_ptr<const engine::LoadedModel> model;

@@ -67,9 +67,9 @@ std::string ModelFile(const std::string& model_dir, const std::string& own, cons
 }  // namespace
 
 CLI::App* AddServeCommand(CLI::App& app, ServeArgs* a) {
-  a->model_dir = DefaultModelDir();
+  a->model_dir = DefaultModelDir(kServeModel);
   CLI::App* s = app.add_subcommand("serve", "serve a model over an OpenAI-compatible HTTP API");
-  s->add_option("--model", a->model_dir, "model folder (default: the bundled tiny model)");
+  s->add_option("--model", a->model_dir, "model folder (default: the bundled multi-block model, tiny-llada-long)");
   s->add_option("--host", a->host, "address to bind (default 127.0.0.1)");
   s->add_option("--port", a->port, "port (0: any free one)")->check(CLI::Range(0, 65535));
   s->add_option("--layout", a->layout, "TP degree of each instance, e.g. 1,1 or 2 (default: one TP-1 per core)");
@@ -157,7 +157,7 @@ int RunAgent(const AgentArgs& a) {
 }
 
 CLI::App* AddWorkerCommand(CLI::App& app, WorkerArgs* a) {
-  a->model_dir = DefaultModelDir();
+  a->model_dir = DefaultModelDir(kServeModel);
   CLI::App* w = app.add_subcommand("worker", "one model instance serving a scheduler over gRPC (started by serve)");
   w->add_option("--model", a->model_dir, "model folder");
   w->add_option("--tp", a->tp, "tensor-parallel degree (cores)")->check(CLI::Range(1, 256));

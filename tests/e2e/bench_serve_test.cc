@@ -48,6 +48,10 @@ Result RunCli(const std::vector<std::string>& args, double timeout_s = 300) {
   const std::string out = io.File("out"), err = io.File("err");
   std::vector<std::string> argv_s = {TEDISERVE_BIN};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
+  // These tests use the tiny model (one block: fast); serve and bench-serve default to the
+  // multi-block one.
+  if (!args.empty() && args[0] == "bench-serve" && std::find(args.begin(), args.end(), "--model") == args.end())
+    argv_s.insert(argv_s.end(), {"--model", std::string(TEDI_SOURCE_DIR) + "/models/tiny-llada"});
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -89,7 +93,8 @@ class Server {
   Server() {
     const std::string port_file = dir_.File("port");
     std::vector<std::string> args = {TEDISERVE_BIN, "serve",  "--port",   "0",      "--port-file",
-                                     port_file,     "--layout", "1,1", "--cores", "0,0"};
+                                     port_file,     "--layout", "1,1", "--cores", "0,0",
+                                     "--model", std::string(TEDI_SOURCE_DIR) + "/models/tiny-llada"};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -64,7 +64,8 @@ class ServerProcess {
     dir_ = fs::temp_directory_path() / ("tedi_reconfigure_test_" + std::to_string(getpid()) + "_" + std::to_string(count_++));
     fs::create_directories(dir_);
     std::ofstream(dir_ / "profile.csv") << SyntheticProfile();
-    std::vector<std::string> args = {TEDISERVE_BIN, "serve", "--port", "0", "--port-file", (dir_ / "port").string()};
+    std::vector<std::string> args = {TEDISERVE_BIN, "serve", "--port", "0", "--port-file", (dir_ / "port").string(),
+                                     "--model", std::string(TEDI_SOURCE_DIR) + "/models/tiny-llada"};
     for (const std::string& f : flags) args.push_back(f == "@PROFILE" ? (dir_ / "profile.csv").string() : f);
     const std::string log = (dir_ / "serve.log").string();
     pid_ = fork();

@@ -31,8 +31,8 @@ struct Problem {
   std::string prompt, answer;
 };
 
-std::vector<Problem> Heldout(size_t n) {
-  std::ifstream in(std::string(TEDI_SOURCE_DIR) + "/models/tiny-llada/heldout.jsonl");
+std::vector<Problem> Heldout(size_t n, const std::string& model = "tiny-llada") {
+  std::ifstream in(std::string(TEDI_SOURCE_DIR) + "/models/" + model + "/heldout.jsonl");
   std::vector<Problem> out;
   std::string line;
   while (out.size() < n && std::getline(in, line)) {
@@ -92,6 +92,11 @@ class Server {
     std::vector<std::string> args = {TEDISERVE_BIN, "serve", "--port", "0", "--port-file", port_file};
     args.insert(args.end(), base.begin(), base.end());
     args.insert(args.end(), extra.begin(), extra.end());
+    // The tiny model (one block: fast) unless the test names a model or asks for the default.
+    if (std::find(args.begin(), args.end(), "--model") == args.end() &&
+        std::find(args.begin(), args.end(), "@DEFAULT_MODEL") == args.end())
+      args.insert(args.end(), {"--model", std::string(TEDI_SOURCE_DIR) + "/models/tiny-llada"});
+    args.erase(std::remove(args.begin(), args.end(), "@DEFAULT_MODEL"), args.end());
     pid_ = Spawn(args, (dir_ / "serve.log").string());
     if (while_starting) while_starting();
     for (int i = 0; i < 600 && port_ == 0; ++i) {
@@ -192,6 +197,28 @@ TEST(ServeTest, AnswersHeldOutProblemsOverCompletionsAndChat) {
   }
   // The model's held-out accuracy at threshold 0.9 is 0.95 (docs); 30 problems.
   EXPECT_GE(correct, 25) << correct << " of " << n;
+}
+
+// `serve` without --model serves the bundled multi-block model: 64 positions in 8 blocks of
+// 8, so every request runs at least 8 steps; its answers are graded against its held-out set.
+TEST(ServeTest, ServesTheMultiBlockModelByDefault) {
+  Server s({"@DEFAULT_MODEL"});
+  ASSERT_GT(s.port(), 0) << s.Log();
+  auto models = s.Client().Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "tiny-llada-long");
+  int correct = 0, n = 0;
+  for (const auto& p : Heldout(20, "tiny-llada-long")) {
+    int status = 0;
+    json r = Post(s, "/v1/completions", {{"prompt", p.prompt}, {"slo_ms", 20000}}, &status);
+    ASSERT_EQ(status, 200) << r.dump();
+    correct += r["choices"][0]["text"] == p.answer;
+    ++n;
+    EXPECT_GE(r["tediserve"]["steps"].get<int>(), 8) << r.dump();
+    EXPECT_EQ(r["tediserve"]["thresholds"].size(), r["tediserve"]["steps"].get<size_t>());
+  }
+  // 0.927 at threshold 0.9 on its 400 held-out problems (README).
+  EXPECT_GE(correct, 16) << correct << " of " << n;
 }
 
 TEST(ServeTest, StreamsTheSameTextWithUsageAndDone) {
