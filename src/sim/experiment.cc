@@ -438,7 +438,12 @@ Status ParseRun(const YAML::Node& root, const std::string& base, RunConfig* rc) 
 
 std::string LayoutText(const std::map<int, int>& l) {
   std::string s;
-  for (const auto& [d, n] : l) s += (s.empty() ? "" : " ") + std::to_string(n) + "xTP" + std::to_string(d);
+  for (const auto& [d, n] : l) {
+    if (!s.empty()) s += ' ';
+    s += std::to_string(n);
+    s += "xTP";
+    s += std::to_string(d);
+  }
   return s.empty() ? "-" : s;
 }
 
