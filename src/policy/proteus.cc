@@ -56,6 +56,33 @@ void ProteusMix::AdvanceTo(Seconds now, double capacity_tokens_per_second) {
       }
       if (best_acc < 0) mix[n - 1] = 1;
     }
+    // most_correct: the plan above serves every request at the budget, whatever accuracy that
+    // takes. Where the work hardly depends on the threshold (recompute steps dominate) that can
+    // trade much accuracy for a little capacity. Weigh the plan and each single candidate by
+    // the correct answers they deliver in time, accuracy x min(1, budget / (rate x work)), and
+    // take a single candidate when it beats the plan by the margin (the fluid model's served
+    // share is optimistic above the budget, where queues grow).
+    if (o_.most_correct && arrivals_ > 0 && mix[0] < 1) {
+      const auto served = [&](double w) { return w > 0 ? std::min(1.0, budget / (rate_ * w)) : 1.0; };
+      double mix_work = 0, mix_acc = 0;
+      for (size_t k = 0; k < n; ++k) {
+        mix_work += mix[k] * work[k];
+        mix_acc += mix[k] * o_.accuracy[k];
+      }
+      double best_value = served(mix_work) * mix_acc * (1 + o_.most_correct_margin);
+      int best = -1;
+      for (size_t k = 0; k < n; ++k) {
+        const double value = served(work[k]) * o_.accuracy[k];
+        if (value > best_value * (1 + 1e-9)) {
+          best_value = value;
+          best = static_cast<int>(k);
+        }
+      }
+      if (best >= 0) {
+        std::fill(mix.begin(), mix.end(), 0.0);
+        mix[best] = 1;
+      }
+    }
     mix_ = mix;
     arrivals_ = 0;
     high_work_sum_ = 0;

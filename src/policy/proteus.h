@@ -28,6 +28,13 @@ class ProteusMix {
     // is planned in the capacity they leave (paper 3.5). Proteus itself does not know
     // priorities; the frontier policy (`tediserve`) sets this.
     bool reserve_priority = false;
+    // Weigh the planned mix against each single candidate by the correct answers they deliver
+    // in time, accuracy x min(1, budget / (rate x work)), and plan the best single candidate
+    // when it beats the mix by most_correct_margin: the mix serves everyone at the budget
+    // even where that costs much accuracy for little work (recompute steps dominate), or,
+    // over capacity at any threshold, sinks to the lowest. The frontier policy sets it.
+    bool most_correct = false;
+    double most_correct_margin = 0.1;
   };
   explicit ProteusMix(Options options);
 

@@ -65,6 +65,8 @@ ProteusMix::Options ProteusOptionsOf(const PolicyOptions& o) {
   p.cache = o.cache;
   p.seed = o.seed;
   p.reserve_priority = o.threshold == ThresholdKind::kPlannedRescue;
+  p.most_correct = o.threshold == ThresholdKind::kPlannedRescue;
+  p.most_correct_margin = o.value_margin;
   return p;
 }
 

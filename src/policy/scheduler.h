@@ -92,6 +92,11 @@ struct PolicyOptions {
   Seconds proteus_period = 10;
   double proteus_headroom = 1.05;      // capacity >= headroom x demand
   double proteus_smoothing = 0.5;      // weight of the newest period's arrival rate
+  // The default policy (kPlannedRescue) keeps a threshold above the lowest for a request it
+  // cannot bring in on time, and its plan a single threshold instead of the mix that fits
+  // the capacity, only when that promises this much more accuracy per unit of work
+  // (SelectThreshold, ProteusMix::Options::most_correct).
+  double value_margin = 0.1;
   // Admission: at most this many live requests (0: no limit); an arrival over it is
   // rejected (reported in Decisions::ended with kResourceExhausted).
   int max_live_requests = 0;

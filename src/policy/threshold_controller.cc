@@ -38,13 +38,27 @@ std::pair<int, int> AllowedRange(const RequestState& r, std::span<const double> 
 }
 
 int SelectThreshold(const RequestState& r, std::span<const double> thresholds, double cap,
-                    Seconds now, const PlacementCost& p, double steps_factor) {
+                    Seconds now, const PlacementCost& p, double steps_factor,
+                    std::span<const double> accuracy, double margin) {
   const auto [first, last] = AllowedRange(r, thresholds, cap);
   const Seconds budget = r.deadline - now;
   for (int k = first; k <= last; ++k) {
     if (EstimateRemainingSeconds(r, k, p, steps_factor) <= budget) return k;
   }
-  return last;
+  if (accuracy.size() != thresholds.size()) return last;
+  const auto value = [&](int k) {
+    const double work = RequestLoadTokens(r, k);
+    return work > 0 ? accuracy[k] / work : 0.0;
+  };
+  int best = last;
+  double best_value = value(last) * (1 + margin);
+  for (int k = first; k < last; ++k) {
+    if (value(k) > best_value * (1 + 1e-9)) {
+      best_value = value(k);
+      best = k;
+    }
+  }
+  return best;
 }
 
 double RequestLoadTokens(const RequestState& r, int k) {

@@ -28,8 +28,15 @@ std::pair<int, int> AllowedRange(const RequestState& r, std::span<const double> 
 // (deadline - now); if none fits, the lowest allowed. Returns an index into thresholds.
 // `steps_factor` scales the predicted steps (the default policy's margin for a request
 // slower than predicted; 1 in the paper's Algorithm 1).
+// With `accuracy` (offline accuracy per threshold, as thresholds), a request that no allowed
+// threshold can bring in on time keeps a higher threshold than the lowest allowed when that
+// one gives more accuracy per token of work (RequestLoadTokens) than the lowest by more than
+// `margin` (0.1: 10%); the highest such value wins (ties: the higher threshold). It misses its
+// SLO either way: the lowest threshold saves the others little work when the work hardly
+// depends on the threshold (recompute steps dominate) while costing its answer much accuracy.
 int SelectThreshold(const RequestState& r, std::span<const double> thresholds, double cap,
-                    Seconds now, const PlacementCost& p, double steps_factor = 1.0);
+                    Seconds now, const PlacementCost& p, double steps_factor = 1.0,
+                    std::span<const double> accuracy = {}, double margin = 0);
 
 // L_r(c) in tokens pushed through the network (docs/design.md section 3.2).
 double RequestLoadTokens(const RequestState& r, int k);

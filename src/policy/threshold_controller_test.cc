@@ -92,6 +92,41 @@ TEST(SelectThresholdTest, LowestAllowedWhenNothingFits) {
   EXPECT_EQ(SelectThreshold(r, kTh, 1.0, 10.0, kCost), 2);
 }
 
+TEST(SelectThresholdTest, WithAccuracyALateRequestTakesTheMostAccuracyPerWork) {
+  // Loads 6688, 5792, 5152, 4640, 3616 (RequestLoadTokensTest). Accuracy per token:
+  // 0.80/6688 = 1.196e-4, 0.79/5792 = 1.364e-4, 0.78/5152 = 1.514e-4, 0.75/4640 = 1.616e-4,
+  // 0.55/3616 = 1.521e-4: the best is 0.6 (6.2% over 0.5), where Algorithm 1 takes 0.5.
+  const std::array<double, 5> acc = {0.80, 0.79, 0.78, 0.75, 0.55};
+  RequestState r = MakeRequest();
+  r.deadline = 10.5;  // nothing fits
+  EXPECT_EQ(SelectThreshold(r, kTh, 1.0, 10.0, kCost), 4);
+  EXPECT_EQ(SelectThreshold(r, kTh, 1.0, 10.0, kCost, 1.0, acc), 3);
+  // A 10% margin over the lowest is more than 0.6 offers: 0.5 stays.
+  EXPECT_EQ(SelectThreshold(r, kTh, 1.0, 10.0, kCost, 1.0, acc, 0.1), 4);
+  // Accuracy falling steeply (the bundled multi-block model's shape): 0.9 gives
+  // 0.93/6688 = 1.39e-4 against 0.335/3616 = 0.93e-4 at 0.5, and wins with the margin.
+  const std::array<double, 5> steep = {0.93, 0.74, 0.57, 0.45, 0.335};
+  EXPECT_EQ(SelectThreshold(r, kTh, 1.0, 10.0, kCost, 1.0, steep, 0.1), 0);
+  // Within the allowed range only: under a cap of 0.7 the best is 0.6 again.
+  EXPECT_EQ(SelectThreshold(r, kTh, 0.7, 10.0, kCost, 1.0, acc), 3);
+  EXPECT_EQ(SelectThreshold(r, kTh, 0.7, 10.0, kCost, 1.0, steep, 0.1), 2);
+  r.spec.max_threshold = 0.5;
+  EXPECT_EQ(SelectThreshold(r, kTh, 1.0, 10.0, kCost, 1.0, steep, 0.1), 4);
+  r.spec.max_threshold = 1;
+  // Flat accuracy: the cheapest wins; equal value everywhere: the lowest stays (a higher one
+  // must give more).
+  const std::array<double, 5> flat = {0.7, 0.7, 0.7, 0.7, 0.7};
+  EXPECT_EQ(SelectThreshold(r, kTh, 1.0, 10.0, kCost, 1.0, flat), 4);
+  const std::array<double, 5> proportional = {6688, 5792, 5152, 4640, 3616};
+  EXPECT_EQ(SelectThreshold(r, kTh, 1.0, 10.0, kCost, 1.0, proportional), 4);
+  // A request that fits is unaffected by the accuracy.
+  r.deadline = 11.2;
+  EXPECT_EQ(SelectThreshold(r, kTh, 1.0, 10.0, kCost, 1.0, steep, 0.1), 2);
+  // An accuracy list of the wrong size is ignored.
+  r.deadline = 10.5;
+  EXPECT_EQ(SelectThreshold(r, kTh, 1.0, 10.0, kCost, 1.0, std::array<double, 2>{1, 1}), 4);
+}
+
 TEST(SelectThresholdTest, RespectsTheCap) {
   RequestState r = MakeRequest();
   r.deadline = 100;  // everything fits

@@ -1,0 +1,117 @@
+#include "policy/proteus.h"
+
+#include <numeric>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace tediserve::policy {
+namespace {
+
+// P = 100, O = 256, B = 32, 8 blocks: steps at 0.9 .. 0.5 are 128, 100, 80, 64, 32, so a
+// request's work is 8 x 356 + (steps - 8) x 32 = 6688, 5792, 5152, 4640, 3616 tokens.
+ProteusMix::Options MakeOptions(std::vector<double> accuracy, bool most_correct) {
+  ProteusMix::Options o;
+  o.thresholds = {0.9, 0.8, 0.7, 0.6, 0.5};
+  o.tokens_per_step = {2, 2.56, 3.2, 4, 8};
+  o.accuracy = std::move(accuracy);
+  o.period = 10;
+  o.headroom = 1.0;
+  o.smoothing = 1.0;
+  o.most_correct = most_correct;
+  return o;
+}
+
+RequestSpec Spec(RequestId id) {
+  RequestSpec s;
+  s.id = id;
+  s.prompt_len = 100;
+  s.output_len = 256;
+  return s;
+}
+
+// Two arrivals per second for one period, then the period closes at `capacity` tokens/s.
+std::vector<double> MixAfterOnePeriod(ProteusMix& p, double capacity) {
+  for (RequestId id = 0; id < 20; ++id) p.OnArrival(Spec(id), 8, 0, 1);
+  p.AdvanceTo(10.0, capacity);
+  return p.mix();
+}
+
+const std::vector<double> kConcave = {0.80, 0.79, 0.78, 0.75, 0.55};
+
+TEST(ProteusMixTest, PairMixHitsTheBudget) {
+  // Budget 10000 tokens/s for 2 requests/s: 5000 per request, between 0.7 (5152) and
+  // 0.6 (4640): 0.7's share is (5000 - 4640) / 512, worth 0.771 correct answers per request.
+  // most_correct keeps that mix: 0.7 alone would serve 97% of the demand in time at 0.78
+  // (0.757).
+  for (bool most_correct : {false, true}) {
+    ProteusMix p(MakeOptions(kConcave, most_correct));
+    const std::vector<double> mix = MixAfterOnePeriod(p, 10000);
+    EXPECT_NEAR(mix[2], 360.0 / 512, 1e-9) << most_correct;
+    EXPECT_NEAR(mix[3], 1 - 360.0 / 512, 1e-9) << most_correct;
+    EXPECT_NEAR(std::accumulate(mix.begin(), mix.end(), 0.0), 1.0, 1e-12);
+  }
+}
+
+TEST(ProteusMixTest, ASingleCandidateBeatsAMixThatCostsMuchAccuracy) {
+  // Budget 11800 tokens/s: 5900 per request. With accuracy 0.93 / 0.60 / 0.45 / 0.40 / 0.10
+  // the best mix at the budget is 61.5% at 0.9 and 38.5% at 0.6 ((5900 - 4640) / 2048), worth
+  // 0.726 correct answers per request; 0.9 alone serves 5900 / 6688 = 88.2% of the demand in
+  // time at 0.93: 0.820, 13% more, over the 10% margin.
+  const std::vector<double> steep = {0.93, 0.60, 0.45, 0.40, 0.10};
+  ProteusMix plain(MakeOptions(steep, false));
+  std::vector<double> mix = MixAfterOnePeriod(plain, 11800);
+  EXPECT_NEAR(mix[0], 1260.0 / 2048, 1e-9);
+  EXPECT_NEAR(mix[3], 1 - 1260.0 / 2048, 1e-9);
+  ProteusMix correct(MakeOptions(steep, true));
+  mix = MixAfterOnePeriod(correct, 11800);
+  EXPECT_DOUBLE_EQ(mix[0], 1.0);
+  // 0.74 / 0.57 / 0.45 / 0.335 below 0.9: the mix of 0.9 and 0.5 is worth 0.777, 0.9 alone
+  // only 5.5% more: the mix stays.
+  ProteusMix gentle(MakeOptions({0.93, 0.74, 0.57, 0.45, 0.335}, true));
+  mix = MixAfterOnePeriod(gentle, 11800);
+  EXPECT_NEAR(mix[0], 2284.0 / 3072, 1e-9);
+  EXPECT_NEAR(mix[4], 1 - 2284.0 / 3072, 1e-9);
+}
+
+TEST(ProteusMixTest, OverloadBeyondTheLowestTakesTheMostAccuracyPerWork) {
+  // Budget 5000 tokens/s for 2 requests/s needs 7232 even at 0.5. Accuracy per token of
+  // work: 0.80/6688, 0.79/5792, 0.78/5152, 0.75/4640 = 1.616e-4 (best), 0.55/3616 =
+  // 1.521e-4. Plain Proteus drops to the lowest; most_correct without a margin plans 0.6.
+  ProteusMix plain(MakeOptions(kConcave, false));
+  EXPECT_DOUBLE_EQ(MixAfterOnePeriod(plain, 5000)[4], 1.0);
+  ProteusMix::Options o = MakeOptions(kConcave, true);
+  o.most_correct_margin = 0;
+  ProteusMix correct(o);
+  const std::vector<double> mix = MixAfterOnePeriod(correct, 5000);
+  EXPECT_DOUBLE_EQ(mix[3], 1.0);
+  EXPECT_DOUBLE_EQ(std::accumulate(mix.begin(), mix.end(), 0.0), 1.0);
+  // The load drops: the next period plans the top again.
+  for (RequestId id = 0; id < 5; ++id) correct.OnArrival(Spec(id), 8, 0, 1);
+  correct.AdvanceTo(20.0, 5000);
+  EXPECT_DOUBLE_EQ(correct.mix()[0], 1.0);
+}
+
+TEST(ProteusMixTest, OverloadNeedsTheMarginToLeaveTheLowest) {
+  // 0.6 promises 6.2% more correct answers in time than 0.5: under the default 10% margin
+  // the plan stays at 0.5. With accuracy falling steeply (0.93 at 0.9, 0.335 at 0.5, as on
+  // the bundled multi-block model) 0.9 promises 1.39e-4 / 0.926e-4 = 1.50x: it is planned.
+  ProteusMix concave(MakeOptions(kConcave, true));
+  EXPECT_DOUBLE_EQ(MixAfterOnePeriod(concave, 5000)[4], 1.0);
+  ProteusMix steep(MakeOptions({0.93, 0.74, 0.57, 0.45, 0.335}, true));
+  EXPECT_DOUBLE_EQ(MixAfterOnePeriod(steep, 5000)[0], 1.0);
+}
+
+TEST(ProteusMixTest, OverloadWithFlatAccuracyStaysAtTheLowest) {
+  // Equal accuracy everywhere: the cheapest candidate serves the most correct answers.
+  ProteusMix p(MakeOptions({0.8, 0.8, 0.8, 0.8, 0.8}, true));
+  EXPECT_DOUBLE_EQ(MixAfterOnePeriod(p, 5000)[4], 1.0);
+}
+
+TEST(ProteusMixTest, LightLoadKeepsTheTop) {
+  ProteusMix p(MakeOptions(kConcave, true));
+  EXPECT_DOUBLE_EQ(MixAfterOnePeriod(p, 20000)[0], 1.0);  // 2 x 6688 <= 20000
+}
+
+}  // namespace
+}  // namespace tediserve::policy
