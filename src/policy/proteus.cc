@@ -1,6 +1,7 @@
 #include "policy/proteus.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace tediserve::policy {
 namespace {
@@ -23,7 +24,18 @@ ProteusMix::ProteusMix(Options options)
 void ProteusMix::AdvanceTo(Seconds now, double capacity_tokens_per_second) {
   while (now >= next_period_) {
     const double rate = arrivals_ / o_.period;
-    rate_ = rate_ < 0 ? rate : o_.smoothing * rate + (1 - o_.smoothing) * rate_;
+    if (rate_ < 0) {
+      rate_ = rate;
+      periods_averaged_ = 1;
+    } else if (o_.change_z > 0 && std::abs(rate - rate_) <= o_.change_z * std::sqrt(std::max(rate_, 1e-9) / o_.period)) {
+      // Within change_z Poisson standard deviations of the estimate: the same regime, so
+      // average it in (a running mean over up to `window` periods).
+      periods_averaged_ = std::min(periods_averaged_ + 1, o_.window);
+      rate_ += (rate - rate_) / periods_averaged_;
+    } else {
+      rate_ = o_.smoothing * rate + (1 - o_.smoothing) * rate_;
+      periods_averaged_ = 2;  // a change: the next same-regime period weighs 1/3
+    }
     const double high = high_work_sum_ / o_.period;
     high_demand_ = high_demand_ < 0 ? high : o_.smoothing * high + (1 - o_.smoothing) * high_demand_;
     const size_t n = o_.thresholds.size();

@@ -21,6 +21,13 @@ class ProteusMix {
     Seconds period = 10;
     double headroom = 1.05;
     double smoothing = 0.5;  // weight of the newest period's arrival rate
+    // Change-aware rate estimate (0: off, Proteus' exponential smoothing alone): a period
+    // whose arrival rate lies within change_z Poisson standard deviations (sqrt(rate /
+    // period)) of the estimate is averaged in over up to `window` periods, so a steady load's
+    // estimate stops swinging with sampling noise; a period outside it is a change and is
+    // smoothed in with `smoothing` as before.
+    double change_z = 0;
+    int window = 6;
     int block_size = 32;
     bool cache = true;
     uint64_t seed = 1;
@@ -46,6 +53,7 @@ class ProteusMix {
   double OnArrival(const RequestSpec& spec, int num_blocks, double min_threshold, double max_threshold);
   Seconds next_period() const { return next_period_; }
   const std::vector<double>& mix() const { return mix_; }
+  double rate() const { return rate_; }  // the arrival-rate estimate (-1 before a period closed)
 
  private:
   double Draw();
@@ -58,6 +66,7 @@ class ProteusMix {
   double high_work_sum_ = 0;      // their tokens at the highest candidate
   double high_demand_ = -1;       // smoothed tokens per second of priority requests
   uint64_t rng_state_;
+  int periods_averaged_ = 0;
 };
 
 }  // namespace tediserve::policy

@@ -113,5 +113,48 @@ TEST(ProteusMixTest, LightLoadKeepsTheTop) {
   EXPECT_DOUBLE_EQ(MixAfterOnePeriod(p, 20000)[0], 1.0);  // 2 x 6688 <= 20000
 }
 
+// Closes one 10-s period with `count` arrivals.
+void Period(ProteusMix& p, int count, Seconds end) {
+  for (int i = 0; i < count; ++i) p.OnArrival(Spec(i), 8, 0, 1);
+  p.AdvanceTo(end, 1e9);
+}
+
+TEST(ProteusMixTest, RateEstimateSmoothsExponentiallyByDefault) {
+  ProteusMix::Options o = MakeOptions(kConcave, false);
+  o.smoothing = 0.5;
+  ProteusMix p(o);
+  EXPECT_DOUBLE_EQ(p.rate(), -1);
+  Period(p, 20, 10);
+  EXPECT_DOUBLE_EQ(p.rate(), 2.0);
+  Period(p, 22, 20);
+  EXPECT_DOUBLE_EQ(p.rate(), 2.1);
+  Period(p, 18, 30);
+  EXPECT_DOUBLE_EQ(p.rate(), 1.95);
+}
+
+TEST(ProteusMixTest, ChangeAwareRateAveragesASteadyLoadAndFollowsAJump) {
+  // Poisson sd of a 10-s period's rate at 2/s: sqrt(2 / 10) = 0.447; z = 2 allows 0.894.
+  ProteusMix::Options o = MakeOptions(kConcave, false);
+  o.smoothing = 0.5;
+  o.change_z = 2;
+  o.window = 3;
+  ProteusMix p(o);
+  Period(p, 20, 10);
+  EXPECT_DOUBLE_EQ(p.rate(), 2.0);
+  Period(p, 22, 20);  // running mean of 2
+  EXPECT_NEAR(p.rate(), 2.1, 1e-12);
+  Period(p, 18, 30);  // of 3
+  EXPECT_NEAR(p.rate(), 2.0, 1e-12);
+  Period(p, 21, 40);  // the window caps it at 3: 2.0 + 0.1 / 3
+  EXPECT_NEAR(p.rate(), 2.0 + 0.1 / 3, 1e-12);
+  // 4/s is 4.4 sd away: a change, smoothed with weight 0.5.
+  Period(p, 40, 50);
+  const double after_jump = 0.5 * 4.0 + 0.5 * (2.0 + 0.1 / 3);
+  EXPECT_NEAR(p.rate(), after_jump, 1e-12);
+  // The next period in the new regime weighs 1/3.
+  Period(p, 40, 60);
+  EXPECT_NEAR(p.rate(), after_jump + (4.0 - after_jump) / 3, 1e-12);
+}
+
 }  // namespace
 }  // namespace tediserve::policy

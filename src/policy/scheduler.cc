@@ -61,6 +61,8 @@ ProteusMix::Options ProteusOptionsOf(const PolicyOptions& o) {
   p.period = o.proteus_period;
   p.headroom = o.proteus_headroom;
   p.smoothing = o.proteus_smoothing;
+  p.change_z = o.proteus_change_z;
+  p.window = o.proteus_window;
   p.block_size = o.block_size;
   p.cache = o.cache;
   p.seed = o.seed;

@@ -92,6 +92,10 @@ struct PolicyOptions {
   Seconds proteus_period = 10;
   double proteus_headroom = 1.05;      // capacity >= headroom x demand
   double proteus_smoothing = 0.5;      // weight of the newest period's arrival rate
+  // ProteusMix::Options::change_z / window (0: off). Measured, not the default: see
+  // docs/experiments.md, frontier section.
+  double proteus_change_z = 0;
+  int proteus_window = 6;
   // The default policy (kPlannedRescue) keeps a threshold above the lowest for a request it
   // cannot bring in on time, and its plan a single threshold instead of the mix that fits
   // the capacity, only when that promises this much more accuracy per unit of work

@@ -320,7 +320,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"FrontierBadGap", "slo: {scale: 5}", "slo: {scale: 5}\nfrontier: {max_quality_gap: 2}",
                 "frontier.max_quality_gap"},
         BadCase{"MissingTruthProfile", "slo: {scale: 5}", "slo: {scale: 5}\ntruth: {profile: {csv: no_truth.csv}}",
-                "no_truth.csv"}),
+                "no_truth.csv"},
+        BadCase{"NegativeChangeZ", "policy: {name: tediserve}", "policy: {name: tediserve, proteus_change_z: -1}",
+                "policy.proteus_change_z"},
+        BadCase{"ZeroRateWindow", "policy: {name: tediserve}", "policy: {name: tediserve, proteus_window: 0}",
+                "policy.proteus_window"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST_F(SimulateTest, MalformedTraceNamesTheLine) {
