@@ -74,7 +74,7 @@ void ProteusMix::AdvanceTo(Seconds now, double capacity_tokens_per_second) {
     // the correct answers they deliver in time, accuracy x min(1, budget / (rate x work)), and
     // take a single candidate when it beats the plan by the margin (the fluid model's served
     // share is optimistic above the budget, where queues grow).
-    if (o_.most_correct && arrivals_ > 0 && mix[0] < 1) {
+    if (o_.most_correct && mix[0] < 1) {  // mix[0] < 1 implies rate_ > 0
       const auto served = [&](double w) { return w > 0 ? std::min(1.0, budget / (rate_ * w)) : 1.0; };
       double mix_work = 0, mix_acc = 0;
       for (size_t k = 0; k < n; ++k) {

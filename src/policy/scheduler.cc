@@ -97,6 +97,9 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(PolicyOptions options,
   if (options.token_budget <= 0) return InvalidArgument("cluster.token_budget: must be > 0");
   if (options.max_live_requests < 0) return InvalidArgument("policy.max_live_requests: must be >= 0");
   if (options.max_step_failures < 1) return InvalidArgument("policy.max_step_failures: must be >= 1");
+  if (!(options.proteus_change_z >= 0)) return InvalidArgument("policy.proteus_change_z: must be >= 0");
+  if (options.proteus_window < 1) return InvalidArgument("policy.proteus_window: must be >= 1");
+  if (!(options.value_margin >= 0)) return InvalidArgument("policy.value_margin: must be >= 0");
   if (UsesProteusMix(options.threshold) &&
       (options.tokens_per_step.size() != th.size() || options.accuracy.size() != th.size())) {
     return InvalidArgument("proteus and tediserve need tokens_per_step and accuracy for every candidate threshold");

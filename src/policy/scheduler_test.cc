@@ -878,6 +878,9 @@ TEST_F(SchedulerCreateTest, RejectsBadOptions) {
              "tokens_per_step and accuracy");
   expect_bad(CreateWith(nullptr, {{0, 4}}), "TP degree 4 of instance 0 is not in the latency profile linear");
   expect_bad(CreateWith([](PolicyOptions& o) { o.max_step_failures = 0; }), "max_step_failures");
+  expect_bad(CreateWith([](PolicyOptions& o) { o.proteus_change_z = -1; }), "proteus_change_z");
+  expect_bad(CreateWith([](PolicyOptions& o) { o.proteus_window = 0; }), "proteus_window");
+  expect_bad(CreateWith([](PolicyOptions& o) { o.value_margin = -0.5; }), "value_margin");
   const Status twice = CreateWith(nullptr, {{0, 1}, {3, 2}, {0, 1}});
   EXPECT_EQ(twice.code(), StatusCode::kAlreadyExists);
   EXPECT_THAT(twice.message(), HasSubstr("instance id 0 is already in the cluster"));

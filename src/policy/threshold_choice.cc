@@ -41,9 +41,9 @@ void Scheduler::ChooseThreshold(RequestState& r, Seconds now) {
       // The default policy does not sink a request that is late anyway to the lowest
       // threshold when a higher one gives clearly more accuracy per unit of work (see
       // SelectThreshold); the paper's Algorithm 1 does.
-      const bool by_value = options_.threshold == ThresholdKind::kPlannedRescue;
-      const std::span<const double> accuracy =
-          by_value ? std::span<const double>(options_.accuracy) : std::span<const double>();
+      const std::span<const double> accuracy = options_.threshold == ThresholdKind::kPlannedRescue
+                                                   ? std::span<const double>(options_.accuracy)
+                                                   : std::span<const double>();
       r.threshold = th[SelectThreshold(r, th, cap, now, p, factor, accuracy, options_.value_margin)];
       ++stats_.threshold_selections;
       return;

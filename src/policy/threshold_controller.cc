@@ -53,8 +53,9 @@ int SelectThreshold(const RequestState& r, std::span<const double> thresholds, d
   int best = last;
   double best_value = value(last) * (1 + margin);
   for (int k = first; k < last; ++k) {
-    if (value(k) > best_value * (1 + 1e-9)) {
-      best_value = value(k);
+    const double v = value(k);
+    if (v > best_value * (1 + 1e-9)) {
+      best_value = v;
       best = k;
     }
   }
