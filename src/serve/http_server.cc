@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <optional>
 
 #include "common/input.h"
 #include "serve/openai_api.h"
@@ -354,8 +355,10 @@ void HttpServer::Routes() {
       size_t sent = 0;
       bool first = true;
       bool cancelled = false;
+      std::optional<RequestView> pending;  // the first look took its canvases: send them first
     };
     auto st = std::make_shared<StreamState>();
+    if (first.version > 0) st->pending = std::move(first);  // else nothing happened yet
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
@@ -368,7 +371,12 @@ void HttpServer::Routes() {
             return true;
           };
           RequestView v;
-          if (!channel->Wait(st->seen, 2.0, &v)) return write(": keep-alive\n\n");
+          if (st->pending) {
+            v = std::move(*st->pending);
+            st->pending.reset();
+          } else if (!channel->Wait(st->seen, 2.0, &v)) {
+            return write(": keep-alive\n\n");
+          }
           st->seen = v.version;
           for (const auto& c : v.canvases) {
             json cj = {{"id", info.id}, {"object", "tediserve.canvas"}, {"model", info.model}};

@@ -27,6 +27,7 @@ StatusOr<std::unique_ptr<WorkerClient>> WorkerClient::Connect(const std::string&
   c->on_result_ = std::move(on_result);
   c->on_closed_ = std::move(on_closed);
   c->reader_ = std::thread([p = c.get()] { p->ReadLoop(); });
+  c->writer_ = std::thread([p = c.get()] { p->WriteLoop(); });
   return c;
 }
 
@@ -45,16 +46,43 @@ bool WorkerClient::Send(const rpc::StepBatch& batch) {
   rpc::WorkerCommand cmd;
   *cmd.mutable_batch() = batch;
   std::lock_guard<std::mutex> l(write_mu_);
-  return stream_->Write(cmd);
+  if (write_failed_ || closing_) return false;
+  outbox_.push_back(std::move(cmd));
+  write_cv_.notify_one();
+  return true;
+}
+
+void WorkerClient::WriteLoop() {
+  std::unique_lock<std::mutex> l(write_mu_);
+  while (true) {
+    write_cv_.wait(l, [&] { return closing_ || !outbox_.empty(); });
+    if (closing_) return;
+    const rpc::WorkerCommand cmd = std::move(outbox_.front());
+    outbox_.pop_front();
+    l.unlock();
+    const bool ok = stream_->Write(cmd);  // blocks while the worker does not read
+    l.lock();
+    if (!ok) {  // the stream is broken; the reader sees it end and reports it
+      write_failed_ = true;
+      outbox_.clear();
+      return;
+    }
+  }
 }
 
 void WorkerClient::Close() {
   if (closing_.exchange(true)) {
     if (reader_.joinable()) reader_.join();
+    if (writer_.joinable()) writer_.join();
     return;
   }
-  ctx_.TryCancel();
+  {
+    std::lock_guard<std::mutex> l(write_mu_);  // the writer sees closing_ on its next wait
+    write_cv_.notify_all();
+  }
+  ctx_.TryCancel();  // unblocks a Write or Read in progress
   if (reader_.joinable()) reader_.join();
+  if (writer_.joinable()) writer_.join();
 }
 
 }  // namespace tediserve::serve
