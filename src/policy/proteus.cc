@@ -43,7 +43,10 @@ void ProteusMix::AdvanceTo(Seconds now, double capacity_tokens_per_second) {
     for (size_t k = 0; k < n; ++k) work[k] = arrivals_ > 0 ? work_sum_[k] / arrivals_ : 0;
     // Maximise mean accuracy subject to rate x mean work <= capacity / headroom: with one
     // budget constraint the optimum mixes at most two thresholds, found along the list.
-    const double budget = std::max(0.0, capacity_tokens_per_second / o_.headroom - high_demand_);
+    const double headroom = o_.headroom_slo_ratio > 0 && arrivals_ > 0 && slo_sum_ > 0
+                                ? std::min(o_.headroom, 1 + o_.headroom_slo_ratio * o_.period / (slo_sum_ / arrivals_))
+                                : o_.headroom;
+    const double budget = std::max(0.0, capacity_tokens_per_second / headroom - high_demand_);
     std::vector<double> mix(n, 0.0);
     if (arrivals_ == 0 || rate_ * work[0] <= budget) {
       mix[0] = 1;
@@ -98,6 +101,7 @@ void ProteusMix::AdvanceTo(Seconds now, double capacity_tokens_per_second) {
     mix_ = mix;
     arrivals_ = 0;
     high_work_sum_ = 0;
+    slo_sum_ = 0;
     std::fill(work_sum_.begin(), work_sum_.end(), 0.0);
     next_period_ += o_.period;
   }
@@ -114,6 +118,7 @@ double ProteusMix::OnArrival(const RequestSpec& spec, int num_blocks, double min
     return std::clamp(o_.thresholds.front(), min_threshold, max_threshold);
   }
   ++arrivals_;
+  slo_sum_ += spec.slo;
   for (size_t k = 0; k < o_.thresholds.size(); ++k) work_sum_[k] += work(k);
   return std::clamp(Draw(), min_threshold, max_threshold);
 }

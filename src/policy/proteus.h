@@ -28,6 +28,13 @@ class ProteusMix {
     // smoothed in with `smoothing` as before.
     double change_z = 0;
     int window = 6;
+    // SLO-relative headroom (0: off, the constant `headroom`): min(headroom, 1 + ratio x
+    // period / the mean SLO of the period's arrivals). A plan made on a rate estimate that is
+    // off runs for about a period before the next one corrects it; the backlog it builds is
+    // that error times the period, and what a request can absorb is its SLO. So the margin a
+    // plan needs shrinks as SLOs grow against the period (long outputs, loose SLOs); `headroom`
+    // stays the most it reserves (SLOs short against the period: the rescue's job).
+    double headroom_slo_ratio = 0;
     int block_size = 32;
     bool cache = true;
     uint64_t seed = 1;
@@ -63,6 +70,7 @@ class ProteusMix {
   int64_t arrivals_ = 0;   // in the current period
   double rate_ = -1;       // smoothed arrivals per second; -1 before the first period
   std::vector<double> work_sum_;  // tokens of this period's arrivals at each candidate
+  double slo_sum_ = 0;            // SLO seconds of this period's arrivals
   double high_work_sum_ = 0;      // their tokens at the highest candidate
   double high_demand_ = -1;       // smoothed tokens per second of priority requests
   uint64_t rng_state_;

@@ -39,6 +39,33 @@ std::vector<double> MixAfterOnePeriod(ProteusMix& p, double capacity) {
 
 const std::vector<double> kConcave = {0.80, 0.79, 0.78, 0.75, 0.55};
 
+// With headroom_slo_ratio r the headroom is 1 + r x period / the arrivals' mean SLO: the
+// same capacity (10600 tokens/s, 2 requests/s) plans 0.7-0.6 for 10-s SLOs (headroom 1.05,
+// budget 10095 < 0.7's 10304) and 0.8-0.7 for 50-s SLOs (headroom 1.01, budget 10495).
+TEST(ProteusMixTest, HeadroomShrinksAsTheSlosGrowAgainstThePeriod) {
+  for (double slo : {10.0, 50.0}) {
+    ProteusMix::Options o = MakeOptions(kConcave, false);
+    o.headroom = 1.5;  // the most the ratio may reserve: above both
+    o.headroom_slo_ratio = 0.05;
+    ProteusMix p(o);
+    for (RequestId id = 0; id < 20; ++id) {
+      RequestSpec s = Spec(id);
+      s.slo = slo;
+      p.OnArrival(s, 8, 0, 1);
+    }
+    p.AdvanceTo(10.0, 10600);
+    const double target = 10600 / (1 + 0.05 * 10 / slo) / 2;
+    if (slo == 10.0) {
+      EXPECT_NEAR(p.mix()[2], (target - 4640) / 512, 1e-9);
+      EXPECT_NEAR(p.mix()[3], 1 - (target - 4640) / 512, 1e-9);
+    } else {
+      EXPECT_NEAR(p.mix()[1], (target - 5152) / 640, 1e-9);
+      EXPECT_NEAR(p.mix()[2], 1 - (target - 5152) / 640, 1e-9);
+      EXPECT_EQ(p.mix()[3], 0.0);
+    }
+  }
+}
+
 TEST(ProteusMixTest, PairMixHitsTheBudget) {
   // Budget 10000 tokens/s for 2 requests/s: 5000 per request, between 0.7 (5152) and
   // 0.6 (4640): 0.7's share is (5000 - 4640) / 512, worth 0.771 correct answers per request.

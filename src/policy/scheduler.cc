@@ -31,6 +31,12 @@ StatusOr<PolicyOptions> PolicyOptions::Named(const std::string& name) {
     o.dispatch = p.dispatch;
     o.threshold = p.threshold;
     o.defer_late = p.threshold == ThresholdKind::kPlannedRescue;
+    if (p.threshold == ThresholdKind::kPlannedRescue) {
+      // The frontier policy's plan (docs/design.md 3.5); Proteus the baseline keeps its own
+      // smoothing and constant headroom.
+      o.proteus_change_z = 2;
+      o.proteus_headroom_slo_ratio = 0.03;
+    }
     return o;
   }
   std::string all;
@@ -63,6 +69,7 @@ ProteusMix::Options ProteusOptionsOf(const PolicyOptions& o) {
   p.smoothing = o.proteus_smoothing;
   p.change_z = o.proteus_change_z;
   p.window = o.proteus_window;
+  p.headroom_slo_ratio = o.proteus_headroom_slo_ratio;
   p.block_size = o.block_size;
   p.cache = o.cache;
   p.seed = o.seed;
@@ -99,6 +106,8 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(PolicyOptions options,
   if (options.max_step_failures < 1) return InvalidArgument("policy.max_step_failures: must be >= 1");
   if (!(options.proteus_change_z >= 0)) return InvalidArgument("policy.proteus_change_z: must be >= 0");
   if (options.proteus_window < 1) return InvalidArgument("policy.proteus_window: must be >= 1");
+  if (!(options.proteus_headroom_slo_ratio >= 0) || !std::isfinite(options.proteus_headroom_slo_ratio))
+    return InvalidArgument("policy.proteus_headroom_slo_ratio: must be >= 0");
   if (!(options.value_margin >= 0)) return InvalidArgument("policy.value_margin: must be >= 0");
   if (UsesProteusMix(options.threshold) &&
       (options.tokens_per_step.size() != th.size() || options.accuracy.size() != th.size())) {

@@ -90,12 +90,13 @@ struct PolicyOptions {
   // (TakePredictionRequests / OnPredictions) instead of inline; arrivals still predict inline.
   bool async_predictions = false;
   Seconds proteus_period = 10;
-  double proteus_headroom = 1.05;      // capacity >= headroom x demand
+  double proteus_headroom = 1.05;      // capacity >= headroom x demand (at most, with the ratio below)
   double proteus_smoothing = 0.5;      // weight of the newest period's arrival rate
-  // ProteusMix::Options::change_z / window (0: off). Measured, not the default: see
-  // docs/experiments.md, frontier section.
+  // ProteusMix::Options::change_z / window and headroom_slo_ratio (0: off, Proteus' own
+  // smoothing and constant headroom). Named("tediserve") sets change_z 2 and ratio 0.03.
   double proteus_change_z = 0;
   int proteus_window = 6;
+  double proteus_headroom_slo_ratio = 0;
   // The default policy (kPlannedRescue) keeps a threshold above the lowest for a request it
   // cannot bring in on time, and its plan a single threshold instead of the mix that fits
   // the capacity, only when that promises this much more accuracy per unit of work
