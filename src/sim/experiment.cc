@@ -279,8 +279,8 @@ std::vector<std::string> PolicyKeys() {
   return {"name", "thresholds", "fixed_threshold", "estimator", "oracle_refresh_tokens", "predictor",
           "predictor_refresh_tokens", "predictor_async", "predictor_latency_s",
           "load_control_debounce_s", "capacity_slo_s", "capacity_concurrency", "llumnix_margin_tokens",
-          "proteus_period_s", "proteus_headroom", "proteus_change_z", "proteus_window", "proteus_headroom_slo_ratio", "max_live_requests",
-          "max_step_failures"};
+          "proteus_period_s", "proteus_headroom", "proteus_change_z", "proteus_window",
+          "proteus_headroom_slo_ratio", "max_live_requests", "max_step_failures"};
 }
 
 Status ParsePolicy(const YAML::Node& n, const std::string& base, RunConfig* rc) {
@@ -322,10 +322,11 @@ Status ParsePolicy(const YAML::Node& n, const std::string& base, RunConfig* rc) 
   if (o.capacity_concurrency < 0) return InvalidArgument("policy.capacity_concurrency: must be >= 0");
   ASSIGN_OR_RETURN(o.llumnix_margin_tokens, GetIntOr(n, p, "llumnix_margin_tokens", 4096, 1, 1 << 24));
   ASSIGN_OR_RETURN(o.proteus_period, GetPositiveOr(n, p, "proteus_period_s", 10.0, kMaxSimSeconds));
-  ASSIGN_OR_RETURN(o.proteus_headroom, GetPositiveOr(n, p, "proteus_headroom", 1.05, 100));
+  ASSIGN_OR_RETURN(o.proteus_headroom, GetPositiveOr(n, p, "proteus_headroom", o.proteus_headroom, 100));
   ASSIGN_OR_RETURN(o.proteus_change_z, GetDoubleOr(n, p, "proteus_change_z", o.proteus_change_z, 0, 100));
-  ASSIGN_OR_RETURN(o.proteus_headroom_slo_ratio, GetDoubleOr(n, p, "proteus_headroom_slo_ratio", o.proteus_headroom_slo_ratio, 0, 100));
-  ASSIGN_OR_RETURN(o.proteus_window, GetIntOr(n, p, "proteus_window", 6, 1, 100000));
+  ASSIGN_OR_RETURN(o.proteus_headroom_slo_ratio,
+                   GetDoubleOr(n, p, "proteus_headroom_slo_ratio", o.proteus_headroom_slo_ratio, 0, 100));
+  ASSIGN_OR_RETURN(o.proteus_window, GetIntOr(n, p, "proteus_window", o.proteus_window, 1, 100000));
   ASSIGN_OR_RETURN(o.max_live_requests, GetIntOr(n, p, "max_live_requests", 0, 0, 1 << 30));
   if (o.max_live_requests < 0) return InvalidArgument("policy.max_live_requests: must be >= 0 (0: no limit)");
   ASSIGN_OR_RETURN(o.max_step_failures, GetIntOr(n, p, "max_step_failures", 3, 1, 1000000));
