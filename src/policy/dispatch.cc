@@ -2,6 +2,7 @@
 // at block boundaries), INFaaS (least loaded at arrival) and Llumnix (least loaded plus
 // rebalancing), and the launch of each idle instance's next step batch.
 #include <algorithm>
+#include <cmath>
 
 #include "policy/scheduler.h"
 
@@ -109,27 +110,39 @@ void Scheduler::DispatchWaiting(Seconds now) {
   }
 }
 
+double Scheduler::PredictedSteps(const RequestState& r) const {
+  const auto& th = options_.thresholds;
+  size_t k = 0;
+  for (size_t i = 1; i < th.size(); ++i)
+    if (std::abs(th[i] - r.threshold) < std::abs(th[k] - r.threshold)) k = i;
+  return r.predicted[k];
+}
+
+bool Scheduler::FitsBudget(const StepBatch& b, int tokens) const {
+  // The token budget caps the batch (one request always goes in); who does not fit waits.
+  return b.commands.empty() || b.tokens + tokens <= options_.token_budget;
+}
+
+void Scheduler::AddToBatch(Instance& inst, StepBatch& b, RequestState& r) {
+  b.commands.push_back({r.spec.id, r.threshold, r.NextIsRecompute()});
+  b.tokens += r.NextStepTokens();
+  r.in_flight = true;
+  r.batch = b.id;
+  inst.batch_ids.push_back(r.spec.id);
+}
+
 void Scheduler::LaunchIdle(Seconds now, Decisions* out) {
   for (Instance& inst : instances_) {
     if (inst.busy || inst.residents.empty()) continue;
     StepBatch b;
     b.id = next_batch_++;
     b.instance = inst.info.id;
-    // With defer_late, residents past their deadline are batched after the others (two
-    // passes); otherwise in placement order.
-    const int passes = options_.defer_late ? 2 : 1;
-    for (int pass = 0; pass < passes; ++pass) {
-      for (RequestId id : inst.residents) {
+    if (options_.defer_late) {
+      BatchByPace(inst, now, b);
+    } else {
+      for (RequestId id : inst.residents) {  // in placement order
         RequestState& r = requests_.at(id);
-        if (passes == 2 && r.late != (pass == 1)) continue;
-        const int tokens = r.NextStepTokens();
-        // The token budget caps the batch; who does not fit waits for the next step here.
-        if (!b.commands.empty() && b.tokens + tokens > options_.token_budget) continue;
-        b.commands.push_back({id, r.threshold, r.NextIsRecompute()});
-        b.tokens += tokens;
-        r.in_flight = true;
-        r.batch = b.id;
-        inst.batch_ids.push_back(id);
+        if (FitsBudget(b, r.NextStepTokens())) AddToBatch(inst, b, r);
       }
     }
     b.expected_seconds = profile_->StepSeconds(inst.info.tp, b.tokens);
@@ -138,6 +151,51 @@ void Scheduler::LaunchIdle(Seconds now, Decisions* out) {
     inst.busy_until = now + b.expected_seconds;
     batches_.emplace(b.id, inst.info.id);
     out->batches.push_back(std::move(b));
+  }
+}
+
+// The default policy's batch (defer_late). A request can still meet its SLO while each of
+// its remaining steps (predicted at its threshold) takes at most (time left / steps left):
+// its pace. On-time residents join by priority, then in placement order, each only if the
+// step stays within the pace of everyone in the batch, itself included: the batch is a set
+// that can all make it (so under overload some make it rather than none). The rest (on-time requests that cannot keep that pace, then the
+// late ones) ride only where the step stays within that pace too, so they take nothing the
+// others need: almost free where steps hardly grow with the batch (a GPU's small batches) or
+// slack is ample; not at all where each token lengthens a step that requests near their
+// deadline are in (a CPU under overload). With no request that can make it, all ride.
+void Scheduler::BatchByPace(Instance& inst, Seconds now, StepBatch& b) {
+  auto& on_time = on_time_scratch_;  // (-priority, pace, id)
+  auto& rest = rest_scratch_;
+  on_time.clear();
+  rest.clear();
+  for (RequestId id : inst.residents) {
+    RequestState& r = requests_.at(id);
+    if (!CheckLate(r, now))
+      on_time.emplace_back(-r.spec.priority, (r.deadline - now) / std::max(1.0, PredictedSteps(r)), id);
+  }
+  // By priority, then placement order (a request already under way keeps its place; one
+  // placed later joins when it costs no one their pace).
+  std::stable_sort(on_time.begin(), on_time.end(),
+                   [](const auto& x, const auto& y) { return std::get<0>(x) < std::get<0>(y); });
+  const int tp = inst.info.tp;
+  Seconds pace = kNever;  // the least pace in the batch
+  for (const auto& [neg_priority, own_pace, id] : on_time) {
+    RequestState& r = requests_.at(id);
+    const int tokens = r.NextStepTokens();
+    if (!FitsBudget(b, tokens)) continue;
+    if (profile_->StepSeconds(tp, b.tokens + tokens) <= std::min(pace, own_pace)) {
+      pace = std::min(pace, own_pace);
+      AddToBatch(inst, b, r);
+    } else {
+      rest.push_back(id);
+    }
+  }
+  for (RequestId id : inst.residents)
+    if (requests_.at(id).late) rest.push_back(id);
+  for (RequestId id : rest) {
+    RequestState& r = requests_.at(id);
+    const int tokens = r.NextStepTokens();
+    if (FitsBudget(b, tokens) && profile_->StepSeconds(tp, b.tokens + tokens) <= pace) AddToBatch(inst, b, r);
   }
 }
 

@@ -325,6 +325,11 @@ class Scheduler {
   void DispatchReady(const std::vector<RequestId>& ready, InstanceId from, Seconds now);
   void DispatchWaiting(Seconds now);
   void LaunchIdle(Seconds now, Decisions* out);
+  void BatchByPace(Instance& inst, Seconds now, StepBatch& b);
+  bool FitsBudget(const StepBatch& b, int tokens) const;
+  void AddToBatch(Instance& inst, StepBatch& b, RequestState& r);
+  // r's predicted remaining steps at its current threshold.
+  double PredictedSteps(const RequestState& r) const;
 
   // Thresholds (threshold_choice.cc).
   void ChooseThreshold(RequestState& r, Seconds now);
@@ -341,6 +346,9 @@ class Scheduler {
   std::unordered_map<RequestId, RequestState> requests_;
   std::set<OrderKey> order_;       // live requests, load-control order
   std::set<WaitKey> waiting_;      // not placed on any instance
+  // BatchByPace's, kept to save allocations per batch.
+  std::vector<std::tuple<int, Seconds, RequestId>> on_time_scratch_;
+  std::vector<RequestId> rest_scratch_;
   SchedulerStats stats_;
   std::vector<const RequestState*> batch_states_;  // RefreshBatch scratch
   std::vector<RequestState> pending_predictions_;   // async: due, not yet taken

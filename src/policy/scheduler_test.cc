@@ -812,6 +812,36 @@ TEST_F(SchedulerTest, LateRequestLeavesItsInstanceAtABlockBoundaryForAnOnTimeOne
   }
 }
 
+TEST_F(SchedulerTest, LateResidentsRideOnlyOnWhatOnTimeOnesCanAfford) {
+  // 0 (SLO 1 s) and 1 share one instance. After 0's deadline, its recompute step (356 tokens)
+  // would double the step of 1 (l(356) = 35.6 ms, l(712) = 71.2 ms on this linear profile).
+  // 1 at 0.9 has 128 steps to go at t = 2: with an SLO of 10 s it can afford
+  // 8 s / 128 = 62.5 ms a step, so tediserve runs it alone and 0 again once 1 is done; with
+  // 100 s (0.77 s a step) 0 rides along, as in the paper's policy whatever the slack.
+  struct Case {
+    std::string policy;
+    double slo;
+    bool together;
+  };
+  for (const Case& c : {Case{"tediserve", 10, false}, Case{"tediserve", 100, true}, Case{"tediserve-paper", 10, true}}) {
+    Make(c.policy, 1);
+    Arrive(Spec(0, 0.0, /*slo=*/1.0));
+    Arrive(Spec(1, 0.01, c.slo));
+    ASSERT_EQ(Where(1), 0) << c.policy;
+    std::vector<Launch> out = Done(0, {Outcome(0, /*block_done=*/true)}, 2.0);
+    ASSERT_EQ(out.size(), 1u);
+    if (c.together) {
+      EXPECT_THAT(BatchIds(out[0]), ::testing::UnorderedElementsAre(0, 1)) << c.policy << " SLO " << c.slo;
+      continue;
+    }
+    EXPECT_THAT(BatchIds(out[0]), ::testing::ElementsAre(1));
+    EXPECT_EQ(Where(0), 0);  // still resident: nothing waits for its place
+    out = Done(0, {Outcome(1, true, true)}, 2.1);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_THAT(BatchIds(out[0]), ::testing::ElementsAre(0));
+  }
+}
+
 // A tiny event loop: arrivals, instances that finish a launch after l(tokens), and outcomes
 // that unmask 2 / 4 / 8 tokens a step by threshold. Records every launch.
 // Overloads a Proteus scheduler for one period (mix 0.2381 x 0.7 + 0.7619 x 0.6, see

@@ -42,14 +42,20 @@ int SelectThreshold(const RequestState& r, std::span<const double> thresholds, d
                     std::span<const double> accuracy, double margin) {
   const auto [first, last] = AllowedRange(r, thresholds, cap);
   const Seconds budget = r.deadline - now;
-  for (int k = first; k <= last; ++k) {
-    if (EstimateRemainingSeconds(r, k, p, steps_factor) <= budget) return k;
-  }
-  if (accuracy.size() != thresholds.size()) return last;
+  const bool valued = accuracy.size() == thresholds.size();
   const auto value = [&](int k) {
     const double work = RequestLoadTokens(r, k);
     return work > 0 ? accuracy[k] / work : 0.0;
   };
+  // With accuracy, a rescue below `first` must not lower the accuracy per unit of work: the
+  // accuracy it costs, acc[first] - acc[k], must be at most the work it saves valued at the
+  // request's own rate, (W[first] - W[k]) x acc[first] / W[first].
+  const double floor_value = valued ? value(first) * (1 - 1e-9) : 0.0;
+  for (int k = first; k <= last; ++k) {
+    if (k > first && valued && value(k) < floor_value) continue;
+    if (EstimateRemainingSeconds(r, k, p, steps_factor) <= budget) return k;
+  }
+  if (!valued) return last;
   int best = last;
   double best_value = value(last) * (1 + margin);
   for (int k = first; k < last; ++k) {

@@ -28,7 +28,11 @@ std::pair<int, int> AllowedRange(const RequestState& r, std::span<const double> 
 // (deadline - now); if none fits, the lowest allowed. Returns an index into thresholds.
 // `steps_factor` scales the predicted steps (the default policy's margin for a request
 // slower than predicted; 1 in the paper's Algorithm 1).
-// With `accuracy` (offline accuracy per threshold, as thresholds), a request that no allowed
+// With `accuracy` (offline accuracy per threshold, as thresholds), the rescue takes a lower
+// threshold only where the accuracy per token of work (RequestLoadTokens) is at least that of
+// the highest allowed one: lowering must not cost more accuracy than the work it saves is
+// worth at the request's own rate. (Where recompute steps dominate the work, a lower
+// threshold saves little and costs much: the request stays.) A request that no such
 // threshold can bring in on time keeps a higher threshold than the lowest allowed when that
 // one gives more accuracy per token of work (RequestLoadTokens) than the lowest by more than
 // `margin` (0.1: 10%); the highest such value wins (ties: the higher threshold). It misses its

@@ -119,9 +119,20 @@ TEST(SelectThresholdTest, WithAccuracyALateRequestTakesTheMostAccuracyPerWork) {
   EXPECT_EQ(SelectThreshold(r, kTh, 1.0, 10.0, kCost, 1.0, flat), 4);
   const std::array<double, 5> proportional = {6688, 5792, 5152, 4640, 3616};
   EXPECT_EQ(SelectThreshold(r, kTh, 1.0, 10.0, kCost, 1.0, proportional), 4);
-  // A request that fits is unaffected by the accuracy.
+  // A request that fits from 0.7 down: rescued at 0.7 where the accuracy per work rises as
+  // the threshold falls (acc: 1.514e-4 at 0.7 >= 1.196e-4 at 0.9) or without accuracy; kept at
+  // 0.9 where it falls (steep: 0.57/5152 = 1.11e-4 < 1.39e-4 at 0.9: the 36 points it would
+  // cost are more than the 23% of the work it saves is worth).
   r.deadline = 11.2;
-  EXPECT_EQ(SelectThreshold(r, kTh, 1.0, 10.0, kCost, 1.0, steep, 0.1), 2);
+  EXPECT_EQ(SelectThreshold(r, kTh, 1.0, 10.0, kCost), 2);
+  EXPECT_EQ(SelectThreshold(r, kTh, 1.0, 10.0, kCost, 1.0, acc), 2);
+  EXPECT_EQ(SelectThreshold(r, kTh, 1.0, 10.0, kCost, 1.0, steep, 0.1), 0);
+  // Measured from the highest allowed threshold: under a cap of 0.7, 0.7 itself fits.
+  EXPECT_EQ(SelectThreshold(r, kTh, 0.7, 10.0, kCost, 1.0, steep, 0.1), 2);
+  // Accuracy per work rising to 0.8 only: the rescue may go there, not below.
+  const std::array<double, 5> knee = {0.80, 0.79, 0.60, 0.50, 0.40};
+  r.deadline = 11.5;  // 0.8 fits as well (1.34 s), 0.9 does not (1.62 s)
+  EXPECT_EQ(SelectThreshold(r, kTh, 1.0, 10.0, kCost, 1.0, knee), 1);
   // An accuracy list of the wrong size is ignored.
   r.deadline = 10.5;
   EXPECT_EQ(SelectThreshold(r, kTh, 1.0, 10.0, kCost, 1.0, std::array<double, 2>{1, 1}), 4);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -649,10 +650,12 @@ StatusOr<FitTargets> TargetsFromStepLogs(const std::vector<std::string>& paths, 
     }
   }
   std::ostringstream src;
+  // File names only: where the logs lay on the fitting machine means nothing elsewhere.
+  const auto name = [](const std::string& p) { return std::filesystem::path(p).filename().string(); };
   src << "fitted from step logs";
-  for (const std::string& p : paths) src << " " << p;
+  for (const std::string& p : paths) src << " " << name(p);
   src << " (" << lines_total << " steps, " << done.size() << " finished requests";
-  if (!opt.eval_json.empty() && opt.accuracy.empty()) src << "; accuracy from " << opt.eval_json;
+  if (!opt.eval_json.empty() && opt.accuracy.empty()) src << "; accuracy from " << name(opt.eval_json);
   src << ")";
   if (pooled) src << "; tokens_per_step made monotone by pool-adjacent-violators";
   t.source = src.str();
