@@ -842,6 +842,31 @@ TEST_F(SchedulerTest, LateResidentsRideOnlyOnWhatOnTimeOnesCanAfford) {
   }
 }
 
+TEST_F(SchedulerTest, ABatchHoldsOnlyRequestsThatCanKeepItsPace) {
+  // Three requests (held at 0.9: 128 steps predicted, each recompute step 356 tokens) with
+  // an SLO of 11.5 s: a pace of about 89 ms a step. Once 0's first block is done, all three
+  // push a recompute step: two together take 71.2 ms, three 106.8 ms. tediserve batches 0
+  // and 1 (2 waits: with it no one would keep the pace); the paper's policy batches all three.
+  for (const std::string policy : {"tediserve", "tediserve-paper"}) {
+    Make(policy, 1);
+    for (RequestId id = 0; id < 3; ++id) {
+      RequestSpec spec = Spec(id, 0.001 * id, /*slo=*/11.5);
+      spec.min_threshold = spec.max_threshold = 0.9;
+      Arrive(spec);
+    }
+    ASSERT_EQ(Where(2), 0) << policy;
+    const std::vector<Launch> out = Done(0, {Outcome(0, /*block_done=*/true)}, 0.04);
+    ASSERT_EQ(out.size(), 1u);
+    if (policy == "tediserve") {
+      EXPECT_THAT(BatchIds(out[0]), ::testing::ElementsAre(0, 1));
+      EXPECT_EQ(Where(2), 0);  // still resident, not late: it joins when the pace allows
+      EXPECT_FALSE(s_->Find(2)->late);
+    } else {
+      EXPECT_THAT(BatchIds(out[0]), ::testing::ElementsAre(0, 1, 2));
+    }
+  }
+}
+
 // A tiny event loop: arrivals, instances that finish a launch after l(tokens), and outcomes
 // that unmask 2 / 4 / 8 tokens a step by threshold. Records every launch.
 // Overloads a Proteus scheduler for one period (mix 0.2381 x 0.7 + 0.7619 x 0.6, see
