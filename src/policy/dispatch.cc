@@ -19,7 +19,7 @@ Scheduler::Instance* Scheduler::BestStepLevel(const RequestState& r, Seconds now
     const int64_t batch = inst.next_tokens - (r.instance == inst.info.id ? r.queued_tokens : 0) + tokens;
     // An empty instance takes any request (a sequence longer than the budget still runs).
     if (batch > options_.token_budget && batch != tokens) continue;
-    const Seconds t = std::max(0.0, inst.busy_until - now) + profile_->StepSeconds(inst.info.tp, batch);
+    const Seconds t = std::max(0.0, inst.busy_until - now) + StepTime(inst, batch);
     if (t < *best_time) {
       *best_time = t;
       best = &inst;
@@ -62,7 +62,7 @@ void Scheduler::DispatchReady(const std::vector<RequestId>& ready, InstanceId fr
       case DispatchKind::kStepLevel: {
         if (may_move) {
           const int64_t stay_batch = src.next_tokens;
-          const Seconds stay = std::max(0.0, src.busy_until - now) + profile_->StepSeconds(src.info.tp, stay_batch);
+          const Seconds stay = std::max(0.0, src.busy_until - now) + StepTime(src, stay_batch);
           Seconds t = 0;
           Instance* best = BestStepLevel(r, now, &t);
           if (best != nullptr && best != &src && t < stay * (1 - 1e-9)) Place(r, *best);
@@ -148,7 +148,9 @@ void Scheduler::LaunchIdle(Seconds now, Decisions* out) {
     b.expected_seconds = profile_->StepSeconds(inst.info.tp, b.tokens);
     inst.busy = true;
     inst.batch = b.id;
-    inst.busy_until = now + b.expected_seconds;
+    inst.batch_start = now;
+    inst.batch_profile_seconds = b.expected_seconds;
+    inst.busy_until = now + b.expected_seconds * inst.step_scale;
     batches_.emplace(b.id, inst.info.id);
     out->batches.push_back(std::move(b));
   }
@@ -177,13 +179,12 @@ void Scheduler::BatchByPace(Instance& inst, Seconds now, StepBatch& b) {
   // placed later joins when it costs no one their pace).
   std::stable_sort(on_time.begin(), on_time.end(),
                    [](const auto& x, const auto& y) { return std::get<0>(x) < std::get<0>(y); });
-  const int tp = inst.info.tp;
   Seconds pace = kNever;  // the least pace in the batch
   for (const auto& [neg_priority, own_pace, id] : on_time) {
     RequestState& r = requests_.at(id);
     const int tokens = r.NextStepTokens();
     if (!FitsBudget(b, tokens)) continue;
-    if (profile_->StepSeconds(tp, b.tokens + tokens) <= std::min(pace, own_pace)) {
+    if (StepTime(inst, b.tokens + tokens) <= std::min(pace, own_pace)) {
       pace = std::min(pace, own_pace);
       AddToBatch(inst, b, r);
     } else {
@@ -195,7 +196,7 @@ void Scheduler::BatchByPace(Instance& inst, Seconds now, StepBatch& b) {
   for (RequestId id : rest) {
     RequestState& r = requests_.at(id);
     const int tokens = r.NextStepTokens();
-    if (FitsBudget(b, tokens) && profile_->StepSeconds(tp, b.tokens + tokens) <= pace) AddToBatch(inst, b, r);
+    if (FitsBudget(b, tokens) && StepTime(inst, b.tokens + tokens) <= pace) AddToBatch(inst, b, r);
   }
 }
 

@@ -36,6 +36,7 @@ StatusOr<PolicyOptions> PolicyOptions::Named(const std::string& name) {
       // smoothing and constant headroom.
       o.proteus_change_z = 2;
       o.proteus_headroom_slo_ratio = 0.03;
+      o.step_scale_weight = 0.05;
     }
     return o;
   }
@@ -109,6 +110,8 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(PolicyOptions options,
   if (!(options.proteus_headroom_slo_ratio >= 0) || !std::isfinite(options.proteus_headroom_slo_ratio))
     return InvalidArgument("policy.proteus_headroom_slo_ratio: must be >= 0");
   if (!(options.value_margin >= 0)) return InvalidArgument("policy.value_margin: must be >= 0");
+  if (!(options.step_scale_weight >= 0 && options.step_scale_weight <= 1))
+    return InvalidArgument("policy.step_scale_weight: must be in [0, 1]");
   if (UsesProteusMix(options.threshold) &&
       (options.tokens_per_step.size() != th.size() || options.accuracy.size() != th.size())) {
     return InvalidArgument("proteus and tediserve need tokens_per_step and accuracy for every candidate threshold");
@@ -145,6 +148,17 @@ size_t Scheduler::accepting_instances() const {
   size_t n = 0;
   for (const Instance& i : instances_) n += i.accepting;
   return n;
+}
+
+void Scheduler::MeasureStep(Instance& inst, Seconds now) {
+  if (!(inst.batch_profile_seconds > 0)) return;
+  double ratio = (now - inst.batch_start) / inst.batch_profile_seconds;
+  if (!std::isfinite(ratio)) return;
+  // Rounding in a driver that adds the profile's time to a clock is not a measurement; a
+  // stalled step (a worker paused, a machine swapping) counts at most 4x.
+  if (std::abs(ratio - 1) < 1e-9) ratio = 1;
+  ratio = std::clamp(ratio, 0.25, 4.0);
+  inst.step_scale += options_.step_scale_weight * (ratio - inst.step_scale);
 }
 
 double Scheduler::CapacityTokensPerSecond(int tp) const {
@@ -460,6 +474,7 @@ Status Scheduler::OnBatchDone(BatchId batch, std::span<const StepOutcome> outcom
   inst.batch_ids.clear();
   inst.busy = false;
   inst.busy_until = now;  // the truth replaces the prediction
+  MeasureStep(inst, now);
   std::vector<RequestId>& ready = ready_scratch_;
   ready.clear();
   std::vector<RequestState*>& to_refresh = refresh_scratch_;  // one batched prediction for the step
@@ -590,6 +605,11 @@ Status Scheduler::OnAbort(RequestId id, const std::string& reason, Seconds now, 
   LaunchIdle(now, out);
   ReportDrained(out);
   return Status::Ok();
+}
+
+double Scheduler::StepScale(InstanceId id) const {
+  auto it = instance_index_.find(id);
+  return it == instance_index_.end() ? 1.0 : instances_[it->second].step_scale;
 }
 
 BatchId Scheduler::InFlightBatch(InstanceId id) const {

@@ -114,6 +114,11 @@ struct PolicyOptions {
   // batched only with capacity no such request wants, and leaves its instance at a block
   // boundary while such requests wait. Off: FCFS by priority then arrival (the paper's).
   bool defer_late = false;
+  // Weight of each returned batch in an instance's running mean of measured / profiled step
+  // time, by which the policy scales the profile's step times (dispatch, rescue, pace); 0:
+  // the profile as it is. Named("tediserve") sets 0.05: a profile measured alone on a machine
+  // is optimistic once the HTTP front end, the loop and gRPC share it.
+  double step_scale_weight = 0;
   uint64_t seed = 1;
 
   // Presets: tediserve, fixed, slo-aware, caps-only, infaas, llumnix, proteus.
@@ -248,6 +253,9 @@ class Scheduler {
   std::vector<RequestId> LiveIds() const;  // ascending
   // The step batch in flight on an instance (0: none, or no such instance).
   BatchId InFlightBatch(InstanceId id) const;
+  // The instance's measured step time over the profile's (PolicyOptions::step_scale_weight);
+  // 1 for an unknown instance.
+  double StepScale(InstanceId id) const;
   size_t live() const { return requests_.size(); }
   size_t waiting() const { return waiting_.size(); }
   size_t instances() const { return instances_.size(); }
@@ -279,6 +287,11 @@ class Scheduler {
     int64_t next_tokens = 0;           // sum of residents' next-step tokens
     int64_t load_tokens = 0;           // sum of residents' P+O (INFaaS / Llumnix load)
     double tokens_per_second = 1;      // tau_d at the token budget
+    // Measured step time over the profile's, a running mean over this instance's batches (1:
+    // the profile holds); the policy's own step times are the profile's times this.
+    double step_scale = 1;
+    Seconds batch_start = 0;           // when the batch in flight was launched
+    Seconds batch_profile_seconds = 0;  // the profile's time for it
   };
   using OrderKey = std::tuple<int, Seconds, RequestId>;  // (-priority, arrival, id)
   // Waiting order: (late, -priority, deadline or arrival, id); see PolicyOptions::defer_late.
@@ -325,9 +338,16 @@ class Scheduler {
   void DispatchReady(const std::vector<RequestId>& ready, InstanceId from, Seconds now);
   void DispatchWaiting(Seconds now);
   void LaunchIdle(Seconds now, Decisions* out);
+  // Folds a returned batch's measured duration into inst.step_scale (step_scale_weight).
+  void MeasureStep(Instance& inst, Seconds now);
   void BatchByPace(Instance& inst, Seconds now, StepBatch& b);
   bool FitsBudget(const StepBatch& b, int tokens) const;
   void AddToBatch(Instance& inst, StepBatch& b, RequestState& r);
+  // A step of `tokens` on `inst` as the policy prices it: the profile's time x the instance's
+  // measured step_scale.
+  Seconds StepTime(const Instance& inst, double tokens) const {
+    return profile_->StepSeconds(inst.info.tp, tokens) * inst.step_scale;
+  }
   // r's predicted remaining steps at its current threshold.
   double PredictedSteps(const RequestState& r) const;
 

@@ -867,6 +867,36 @@ TEST_F(SchedulerTest, ABatchHoldsOnlyRequestsThatCanKeepItsPace) {
   }
 }
 
+TEST_F(SchedulerTest, StepTimesFollowWhatTheInstanceMeasures) {
+  // Every step of request 0 (SLO 1000 s) takes twice the profile's time. tediserve's running
+  // mean moves toward 2 (weight 0.05: 1 - 0.95^40 = 87% of the way after 40 steps) and prices
+  // the next step so; the paper's policy keeps the profile. A step that takes the profile's
+  // time exactly leaves the scale at 1.
+  for (const std::string policy : {"tediserve", "tediserve-paper"}) {
+    Make(policy, 2);
+    std::vector<Launch> out = Arrive(Spec(0, 0.0, /*slo=*/1000));
+    ASSERT_EQ(out.size(), 1u);
+    Seconds now = 0;
+    for (int i = 0; i < 40; ++i) {
+      now += 2 * out[0].expected_seconds;
+      out = Done(out[0].instance, {Outcome(0)}, now);
+      ASSERT_EQ(out.size(), 1u);
+    }
+    const double scale = s_->StepScale(out[0].instance);
+    if (policy == "tediserve") {
+      EXPECT_NEAR(scale, 2 - std::pow(0.95, 40), 1e-9);
+    } else {
+      EXPECT_EQ(scale, 1.0);
+    }
+    EXPECT_EQ(s_->StepScale(1 - out[0].instance), 1.0);  // the other instance ran nothing
+    EXPECT_EQ(s_->StepScale(99), 1.0);
+  }
+  Make("tediserve", 1);
+  std::vector<Launch> out = Arrive(Spec(0, 0.0, /*slo=*/1000));
+  out = Done(0, {Outcome(0)}, out[0].expected_seconds);
+  EXPECT_EQ(s_->StepScale(0), 1.0);
+}
+
 // A tiny event loop: arrivals, instances that finish a launch after l(tokens), and outcomes
 // that unmask 2 / 4 / 8 tokens a step by threshold. Records every launch.
 // Overloads a Proteus scheduler for one period (mix 0.2381 x 0.7 + 0.7619 x 0.6, see

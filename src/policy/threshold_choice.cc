@@ -29,8 +29,8 @@ void Scheduler::ChooseThreshold(RequestState& r, Seconds now) {
         const Instance& inst = instances_[instance_index_.at(r.instance)];
         const int64_t others = inst.next_tokens - r.queued_tokens;
         p.wait = std::max(0.0, inst.busy_until - now);
-        p.recompute_step = profile_->StepSeconds(inst.info.tp, others + r.spec.prompt_len + r.spec.output_len);
-        p.cache_step = profile_->StepSeconds(inst.info.tp, others + r.block_size);
+        p.recompute_step = StepTime(inst, others + r.spec.prompt_len + r.spec.output_len);
+        p.cache_step = StepTime(inst, others + r.block_size);
       }
       // The default policy's rescue for a priority request assumes it is one standard
       // deviation slower than predicted (steps_cv, the offline CV of steps per request), so

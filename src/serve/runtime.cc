@@ -388,6 +388,8 @@ void Runtime::DeclareMetrics() {
   m.Histogram("tediserve_batch_requests", "Requests per step batch.", {1, 2, 4, 8, 16, 32, 64, 128});
   m.Histogram("tediserve_step_seconds", "Step batch time measured by the worker.", kLatencyBounds);
   m.Gauge("tediserve_instances", "Model instances by TP degree and state.");
+  m.Gauge("tediserve_step_time_scale",
+          "Measured step time over the latency profile's, per instance (the default policy prices steps by it).");
   m.Counter("tediserve_migrations_total", "Requests moved to another instance.");
   m.Counter("tediserve_layout_changes_total", "Layout changes started (POST /admin/layout or the --reconfigure planner).");
   m.Counter("tediserve_worker_failures_total", "Workers that died or stopped answering.");
@@ -878,6 +880,8 @@ void Runtime::UpdateGauges() {
   for (const auto& [id, inst] : instances_) {
     if (inst.retired) continue;
     tps_seen_.insert(inst.info.tp);
+    if (inst.up)
+      metrics_.Set("tediserve_step_time_scale", host_->scheduler().StepScale(id), {{"instance", std::to_string(id)}});
     ++by[{inst.info.tp, inst.retiring ? "draining" : inst.up ? "up" : inst.starting ? "starting" : "down"}];
   }
   for (int tp : tps_seen_)

@@ -280,7 +280,8 @@ std::vector<std::string> PolicyKeys() {
           "predictor_refresh_tokens", "predictor_async", "predictor_latency_s",
           "load_control_debounce_s", "capacity_slo_s", "capacity_concurrency", "llumnix_margin_tokens",
           "proteus_period_s", "proteus_headroom", "proteus_change_z", "proteus_window",
-          "proteus_headroom_slo_ratio", "max_live_requests", "max_step_failures"};
+          "proteus_headroom_slo_ratio", "step_scale_weight", "max_live_requests",
+          "max_step_failures"};
 }
 
 Status ParsePolicy(const YAML::Node& n, const std::string& base, RunConfig* rc) {
@@ -327,6 +328,7 @@ Status ParsePolicy(const YAML::Node& n, const std::string& base, RunConfig* rc) 
   ASSIGN_OR_RETURN(o.proteus_headroom_slo_ratio,
                    GetDoubleOr(n, p, "proteus_headroom_slo_ratio", o.proteus_headroom_slo_ratio, 0, 100));
   ASSIGN_OR_RETURN(o.proteus_window, GetIntOr(n, p, "proteus_window", o.proteus_window, 1, 100000));
+  ASSIGN_OR_RETURN(o.step_scale_weight, GetDoubleOr(n, p, "step_scale_weight", o.step_scale_weight, 0, 1));
   ASSIGN_OR_RETURN(o.max_live_requests, GetIntOr(n, p, "max_live_requests", 0, 0, 1 << 30));
   if (o.max_live_requests < 0) return InvalidArgument("policy.max_live_requests: must be >= 0 (0: no limit)");
   ASSIGN_OR_RETURN(o.max_step_failures, GetIntOr(n, p, "max_step_failures", 3, 1, 1000000));
