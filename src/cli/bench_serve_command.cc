@@ -619,7 +619,11 @@ Status Replay(const Context& ctx, fidelity::SimSetup setup, const std::vector<lo
     p.simulated_steps = probe_sim[i].steps;
     probes.push_back(p);
   }
-  const fidelity::Overhead overhead = fidelity::EstimateOverhead(probes);
+  fidelity::Overhead overhead = fidelity::EstimateOverhead(probes);
+  if (run->overhead.step_scale > 0) {
+    overhead.step_scale = run->overhead.step_scale;
+    overhead.per_step_s = 0;  // inside the run's own step times
+  }
   ASSIGN_OR_RETURN(auto bare, fidelity::SimulatePlan(setup, plan, *ctx.problems));
   setup.overhead = overhead;
   ASSIGN_OR_RETURN(auto with, fidelity::SimulatePlan(setup, plan, *ctx.problems));
@@ -635,7 +639,9 @@ std::string Signed(double v, int digits, const std::string& unit) {
 
 void PrintFidelity(const std::vector<RunResult>& runs, const std::string& profile) {
   std::printf("\nFidelity: the simulator on the same arrivals, prompts, SLOs, layout and policy (engine in the loop,\n"
-              "profile %s + the overhead measured on solo probes before each run: per step batch and per request).\n"
+              "profile %s x the run's own step times over the profile's, from /metrics (ovh_stp: x that ratio;\n"
+              "a number: ms per step from solo probes, where the server has no such series) + the per-request\n"
+              "overhead measured on solo probes before each run).\n"
               "Diffs are simulated - live; targets: attainment within %.0f points, mean latency within %.0f%%.\n",
               profile.c_str(), fidelity::kAttainmentTargetPoints, 100 * fidelity::kMeanLatencyTarget);
   std::printf("(srv_*: the server's own view, from a request's arrival at the runtime, against the simulation\n"
@@ -655,7 +661,9 @@ void PrintFidelity(const std::vector<RunResult>& runs, const std::string& profil
                 Fixed(1e3 * c.sim.latency_p90_s, 2).c_str(), Signed(100 * c.p90_latency_diff, 1, "%").c_str(),
                 Pct(c.live.attainment_server).c_str(), Signed(c.server_attainment_diff_points, 1, "").c_str(),
                 Signed(100 * c.server_mean_latency_diff, 1, "%").c_str(),
-                Fixed(1e3 * c.overhead.per_step_s, 3).c_str(), Fixed(1e3 * c.overhead.per_request_s, 3).c_str(),
+                (c.overhead.step_scale != 1 ? "x" + Fixed(c.overhead.step_scale, 3) : Fixed(1e3 * c.overhead.per_step_s, 3))
+                    .c_str(),
+                Fixed(1e3 * c.overhead.per_request_s, 3).c_str(),
                 Pct(c.sim_profile_only.attainment).c_str(), Fixed(1e3 * c.sim_profile_only.latency_mean_s, 2).c_str(),
                 (std::string(c.attainment_within ? "att" : "-") + "/" + (c.mean_latency_within ? "lat" : "-")).c_str());
   }

@@ -61,8 +61,9 @@ Overhead EstimateOverhead(const std::vector<Probe>& probes) {
 }
 
 StatusOr<policy::LatencyProfile> OffsetProfile(const policy::LatencyProfile& profile, double offset_s,
-                                               int max_tokens) {
+                                               int max_tokens, double scale) {
   if (max_tokens < 1) return InvalidArgument("OffsetProfile: max_tokens must be >= 1");
+  if (!(scale > 0) || !std::isfinite(scale)) return InvalidArgument("OffsetProfile: scale must be > 0");
   // Every integer token count up to the larger of max_tokens and the measured range, then
   // the same number of points along the profile's tail, so that the new curve's own tail
   // (the slope of its top quarter) is the old one's.
@@ -72,7 +73,7 @@ StatusOr<policy::LatencyProfile> OffsetProfile(const policy::LatencyProfile& pro
     auto& pts = points[tp];
     pts.reserve(static_cast<size_t>(2 * top));
     for (int n = 1; n <= 2 * top; ++n) {
-      const double s = profile.StepSeconds(tp, n) + offset_s;
+      const double s = scale * profile.StepSeconds(tp, n) + offset_s;
       if (!(s > 0)) {
         return InvalidArgument("the per-step overhead " + std::to_string(offset_s * 1e3) +
                                " ms makes a TP-" + std::to_string(tp) + " step of " + std::to_string(n) +
@@ -161,11 +162,11 @@ StatusOr<std::vector<loadgen::RequestResult>> SimulatePlan(const SimSetup& setup
     so.instances.emplace_back(static_cast<policy::InstanceId>(i), setup.layout[i], 0, devices);
   }
   std::optional<policy::LatencyProfile> truth;
-  if (setup.overhead.per_step_s != 0) {
+  if (setup.overhead.per_step_s != 0 || setup.overhead.step_scale != 1) {
     int max_tokens = 0;
     for (const auto& p : plan) max_tokens = std::max(max_tokens, p.prompt_len + p.output_len);
     max_tokens *= std::max(1, setup.max_live);  // the largest batch there can be
-    ASSIGN_OR_RETURN(truth, OffsetProfile(profile, setup.overhead.per_step_s, max_tokens));
+    ASSIGN_OR_RETURN(truth, OffsetProfile(profile, setup.overhead.per_step_s, max_tokens, setup.overhead.step_scale));
     so.truth_profile = &*truth;
   }
 
@@ -234,6 +235,7 @@ Comparison Compare(const loadgen::Summary& live, const loadgen::Summary& sim,
 
 json ToJson(const Overhead& o) {
   return {{"per_step_ms", 1e3 * o.per_step_s},   {"per_request_ms", 1e3 * o.per_request_s},
+          {"step_scale", o.step_scale},
           {"probes", o.probes},                  {"probe_client_ms", 1e3 * o.client_s},
           {"probe_server_ms", 1e3 * o.server_s}, {"probe_simulated_ms", 1e3 * o.simulated_s},
           {"probe_steps", o.steps}};

@@ -33,6 +33,11 @@ namespace tediserve::cli::fidelity {
 struct Overhead {
   double per_step_s = 0;     // added to every step batch's duration
   double per_request_s = 0;  // added to every request's latency
+  // Every step batch's duration is the profile's times this (then + per_step_s): the run's own
+  // launch-to-result time of its batches over the profile's time for them, from the server's
+  // /metrics (1: not measured). It replaces per_step_s when measured: the probes run alone,
+  // the run's steps share the cores with the load it puts on them.
+  double step_scale = 1;
   int probes = 0;            // solo requests it was measured on (0: not measured, zero overhead)
   // The probes' medians, for the report.
   double client_s = 0, server_s = 0, simulated_s = 0, steps = 0;
@@ -51,10 +56,10 @@ struct Probe {
 // The medians above. Probes that failed (client_s <= 0) are skipped; none left: zero overhead.
 Overhead EstimateOverhead(const std::vector<Probe>& probes);
 
-// `profile` with `offset_s` added to every step, at every TP degree and token count (exact on
+// `profile` times `scale`, with `offset_s` added to every step, at every TP degree and token count (exact on
 // integer token counts up to `max_tokens`, and beyond it along the profile's own tail).
 StatusOr<policy::LatencyProfile> OffsetProfile(const policy::LatencyProfile& profile, double offset_s,
-                                               int max_tokens);
+                                               int max_tokens, double scale = 1);
 
 // What the live server ran with.
 struct SimSetup {

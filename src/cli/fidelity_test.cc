@@ -55,6 +55,14 @@ TEST(FidelityTest, OffsetProfileAddsTheOffsetEverywhere) {
       EXPECT_NEAR(q->StepSeconds(tp, n), p->StepSeconds(tp, n) + 0.25e-3, 1e-12) << "tp " << tp << " n " << n;
   // An offset that leaves a step no time is refused.
   EXPECT_FALSE(OffsetProfile(*p, -1e-3, 300).ok());
+  // A scale multiplies first, then the offset adds; a scale <= 0 is refused.
+  auto r = OffsetProfile(*p, 0.1e-3, 300, 2.5);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  for (int tp : {1, 2})
+    for (int n : {1, 8, 40, 128, 300, 5000})
+      EXPECT_NEAR(r->StepSeconds(tp, n), 2.5 * p->StepSeconds(tp, n) + 0.1e-3, 1e-12) << "tp " << tp << " n " << n;
+  EXPECT_FALSE(OffsetProfile(*p, 0, 300, 0).ok());
+  EXPECT_FALSE(OffsetProfile(*p, 0, 300, -1).ok());
 }
 
 TEST(FidelityTest, ProbePlanSpreadsProblemsASecondApart) {

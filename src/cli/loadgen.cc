@@ -498,6 +498,9 @@ Overhead OverheadBetween(const std::map<std::string, double>& before, const std:
     o.batches_over_4 = 1 - d("tediserve_batch_requests_bucket{le=\"4\"}") / bcount;
     o.batches_over_8 = 1 - d("tediserve_batch_requests_bucket{le=\"8\"}") / bcount;
   }
+  o.step_elapsed_s = d("tediserve_step_elapsed_seconds_total");
+  o.step_profile_s = d("tediserve_step_profile_seconds_total");
+  if (o.step_elapsed_s > 0 && o.step_profile_s > 0) o.step_scale = o.step_elapsed_s / o.step_profile_s;
   o.valid = has_sched && has_step && o.batches > 0 && o.step_s > 0;
   if (o.valid) {
     o.policy_ms_per_step = 1000 * o.scheduler_s / o.batches;
@@ -525,7 +528,10 @@ json ToJson(const Overhead& o) {
           {"scheduler_wall_s", o.scheduler_wall_s},
           {"wall_overhead", o.wall_overhead},
           {"loop_s", o.loop_s},
-          {"loop_overhead", o.loop_overhead}};
+          {"loop_overhead", o.loop_overhead},
+          {"step_elapsed_s", o.step_elapsed_s},
+          {"step_profile_s", o.step_profile_s},
+          {"step_scale", o.step_scale}};
 }
 
 std::string TimelineCsv(const std::vector<RequestResult>& results, const std::vector<GaugeSample>& gauges,

@@ -195,6 +195,9 @@ struct Overhead {
   double overhead = 0;            // scheduler_s / step_s (policy time per step / step time)
   double wall_overhead = 0;       // scheduler_wall_s / step_s
   double loop_overhead = 0;       // loop_s / step_s
+  // Launch-to-result time of the step batches that returned over the profile's time for them
+  // (0 if the server has no such series).
+  double step_elapsed_s = 0, step_profile_s = 0, step_scale = 0;
   bool valid = false;             // both scrapes had the series and some batches ran
 };
 Overhead OverheadBetween(const std::map<std::string, double>& before, const std::map<std::string, double>& after);

@@ -336,7 +336,8 @@ TEST(LoadgenMetrics, ParsesPrometheusAndComputesTheOverhead) {
       "tediserve_loop_seconds_total 5\ntediserve_step_seconds_total 60\ntediserve_step_seconds_count 1100\n"
       "tediserve_batch_requests_bucket{le=\"4\"} 150\ntediserve_batch_requests_bucket{le=\"8\"} 380\n"
       "tediserve_batch_requests_bucket{le=\"+Inf\"} 1100\ntediserve_batch_requests_sum 9500\n"
-      "tediserve_batch_requests_count 1100\ntediserve_request_steps_total 9000\n";
+      "tediserve_batch_requests_count 1100\ntediserve_request_steps_total 9000\n"
+      "tediserve_step_profile_seconds_total 20\ntediserve_step_elapsed_seconds_total 45\n";
   auto b = ParsePrometheus(before);
   auto a = ParsePrometheus(after);
   ASSERT_TRUE(b.ok() && a.ok());
@@ -353,6 +354,8 @@ TEST(LoadgenMetrics, ParsesPrometheusAndComputesTheOverhead) {
   EXPECT_DOUBLE_EQ(o.mean_batch, 9);
   EXPECT_DOUBLE_EQ(o.batches_over_4, 0.9);
   EXPECT_DOUBLE_EQ(o.batches_over_8, 0.7);
+  EXPECT_DOUBLE_EQ(o.step_scale, 45.0 / 20);  // the run's steps over the profile's (absent before)
+  EXPECT_EQ(OverheadBetween(*a, *a).step_scale, 0);  // nothing ran between: not measured
   EXPECT_FALSE(OverheadBetween(*b, *b).valid);
   EXPECT_FALSE(ParsePrometheus("tediserve_x\n").ok());
   EXPECT_FALSE(ParsePrometheus("tediserve_x abc\n").ok());

@@ -388,6 +388,9 @@ void Runtime::DeclareMetrics() {
   m.Histogram("tediserve_batch_requests", "Requests per step batch.", {1, 2, 4, 8, 16, 32, 64, 128});
   m.Histogram("tediserve_step_seconds", "Step batch time measured by the worker.", kLatencyBounds);
   m.Gauge("tediserve_instances", "Model instances by TP degree and state.");
+  m.Counter("tediserve_step_profile_seconds_total", "The latency profile's time for the step batches that returned.");
+  m.Counter("tediserve_step_elapsed_seconds_total",
+            "Launch to result of the same batches, as the loop saw it (worker, gRPC, queues).");
   m.Gauge("tediserve_step_time_scale",
           "Measured step time over the latency profile's, per instance (the default policy prices steps by it).");
   m.Counter("tediserve_migrations_total", "Requests moved to another instance.");
@@ -606,8 +609,11 @@ void Runtime::OnResult(rpc::BatchResult r) {
     metrics_.Observe("tediserve_step_seconds", r.seconds());
     metrics_.Add("tediserve_step_seconds_total", r.seconds());
     std::unordered_map<policy::RequestId, double> threshold_of;
-    if (const policy::StepBatch* b = host_->InFlight(bid))
+    if (const policy::StepBatch* b = host_->InFlight(bid)) {
       for (const auto& c : b->commands) threshold_of[c.id] = c.threshold;
+      metrics_.Add("tediserve_step_profile_seconds_total", b->expected_seconds);
+      metrics_.Add("tediserve_step_elapsed_seconds_total", now - flight.launched);
+    }
     std::vector<policy::StepOutcome> outcomes;
     outcomes.reserve(static_cast<size_t>(r.results_size()));
     for (const rpc::StepResult& s : r.results()) {
