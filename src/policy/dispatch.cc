@@ -160,11 +160,12 @@ void Scheduler::LaunchIdle(Seconds now, Decisions* out) {
 // its remaining steps (predicted at its threshold) takes at most (time left / steps left):
 // its pace. On-time residents join by priority, then in placement order, each only if the
 // step stays within the pace of everyone in the batch, itself included: the batch is a set
-// that can all make it (so under overload some make it rather than none). The rest (on-time requests that cannot keep that pace, then the
-// late ones) ride only where the step stays within that pace too, so they take nothing the
-// others need: almost free where steps hardly grow with the batch (a GPU's small batches) or
-// slack is ample; not at all where each token lengthens a step that requests near their
-// deadline are in (a CPU under overload). With no request that can make it, all ride.
+// that can all make it (so under overload some make it rather than none). The rest (on-time
+// requests that cannot keep that pace, then the late ones) ride only where the step stays
+// within that pace too, so they take nothing the others need: almost free where steps hardly
+// grow with the batch (a GPU's small batches) or slack is ample; not at all where each token
+// lengthens a step that requests near their deadline are in (a CPU under overload). With no
+// request that can make it, all ride (within the token budget).
 void Scheduler::BatchByPace(Instance& inst, Seconds now, StepBatch& b) {
   auto& on_time = on_time_scratch_;  // (-priority, pace, id)
   auto& rest = rest_scratch_;
