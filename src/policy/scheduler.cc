@@ -151,7 +151,7 @@ size_t Scheduler::accepting_instances() const {
 }
 
 void Scheduler::MeasureStep(Instance& inst, Seconds now) {
-  if (!(inst.batch_profile_seconds > 0)) return;
+  if (options_.step_scale_weight == 0 || !(inst.batch_profile_seconds > 0)) return;  // the profile as it is
   double ratio = (now - inst.batch_start) / inst.batch_profile_seconds;
   if (!std::isfinite(ratio)) return;
   // Rounding in a driver that adds the profile's time to a clock is not a measurement; a

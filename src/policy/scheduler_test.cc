@@ -1,6 +1,7 @@
 #include "policy/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <memory>
