@@ -621,13 +621,23 @@ Status Replay(const Context& ctx, fidelity::SimSetup setup, const std::vector<lo
   }
   fidelity::Overhead overhead = fidelity::EstimateOverhead(probes);
   if (run->overhead.step_scale > 0) {
-    overhead.step_scale = run->overhead.step_scale;
+    overhead.step_scale = fidelity::StepScaleFrom(run->overhead.step_sizes, run->overhead.step_scale);
+    overhead.step_sigma = fidelity::StepSigmaFrom(run->overhead.step_sizes);
     overhead.per_step_s = 0;  // inside the run's own step times
   }
   ASSIGN_OR_RETURN(auto bare, fidelity::SimulatePlan(setup, plan, *ctx.problems));
   setup.overhead = overhead;
   ASSIGN_OR_RETURN(auto with, fidelity::SimulatePlan(setup, plan, *ctx.problems));
-  run->fidelity = fidelity::Compare(run->summary, loadgen::Summarize(with), loadgen::Summarize(bare), overhead);
+  // The same with one ratio for every batch, no scatter, to show what the curve and the noise change.
+  std::optional<loadgen::Summary> one_ratio;
+  if (!overhead.step_scale.points.empty() || overhead.step_sigma > 0) {
+    setup.overhead.step_scale = fidelity::StepScale(overhead.step_scale.overall);
+    setup.overhead.step_sigma = 0;
+    ASSIGN_OR_RETURN(auto one, fidelity::SimulatePlan(setup, plan, *ctx.problems));
+    one_ratio = loadgen::Summarize(one);
+  }
+  run->fidelity = fidelity::Compare(run->summary, loadgen::Summarize(with), loadgen::Summarize(bare), overhead,
+                                    one_ratio ? &*one_ratio : nullptr);
   run->has_fidelity = true;
   return Status::Ok();
 }
@@ -661,7 +671,8 @@ void PrintFidelity(const std::vector<RunResult>& runs, const std::string& profil
                 Fixed(1e3 * c.sim.latency_p90_s, 2).c_str(), Signed(100 * c.p90_latency_diff, 1, "%").c_str(),
                 Pct(c.live.attainment_server).c_str(), Signed(c.server_attainment_diff_points, 1, "").c_str(),
                 Signed(100 * c.server_mean_latency_diff, 1, "%").c_str(),
-                (c.overhead.step_scale != 1 ? "x" + Fixed(c.overhead.step_scale, 3) : Fixed(1e3 * c.overhead.per_step_s, 3))
+                (!c.overhead.step_scale.IsOne() ? "x" + Fixed(c.overhead.step_scale.overall, 3)
+                                                 : Fixed(1e3 * c.overhead.per_step_s, 3))
                     .c_str(),
                 Fixed(1e3 * c.overhead.per_request_s, 3).c_str(),
                 Pct(c.sim_profile_only.attainment).c_str(), Fixed(1e3 * c.sim_profile_only.latency_mean_s, 2).c_str(),
@@ -673,7 +684,7 @@ void PrintFidelity(const std::vector<RunResult>& runs, const std::string& profil
     double rate = 0;
     int n = 0;
     double att_live = 0, att_sim = 0, mean_live = 0, mean_sim = 0, p90_live = 0, p90_sim = 0;
-    std::vector<double> att_diff, mean_diff, srv_att_diff, srv_mean_diff;
+    std::vector<double> att_diff, mean_diff, srv_att_diff, srv_mean_diff, one_att_diff, one_mean_diff;
   };
   std::vector<Acc> acc;
   for (const auto& r : runs) {
@@ -699,6 +710,8 @@ void PrintFidelity(const std::vector<RunResult>& runs, const std::string& profil
     it->mean_diff.push_back(100 * c.mean_latency_diff);
     it->srv_att_diff.push_back(c.server_attainment_diff_points);
     it->srv_mean_diff.push_back(100 * c.server_mean_latency_diff);
+    it->one_att_diff.push_back(c.one_ratio_attainment_diff_points);
+    it->one_mean_diff.push_back(100 * c.one_ratio_mean_latency_diff);
   }
   if (acc.empty() || acc.front().n < 2) return;
   auto spread = [](const std::vector<double>& v, const std::string& unit) {
@@ -708,17 +721,21 @@ void PrintFidelity(const std::vector<RunResult>& runs, const std::string& profil
     const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
     return Signed(m, 1, unit) + " [" + Signed(*lo, 1, "") + ", " + Signed(*hi, 1, "") + "]";
   };
-  std::printf("\nFidelity, mean over %d rounds (differences: mean [min, max] of the rounds):\n", acc.front().n);
-  std::printf("%-16s %8s %8s %8s %24s %9s %9s %24s %9s %9s %24s %24s\n", "policy", "rate", "att_live", "att_sim",
-              "diff_points", "mean_liv", "mean_sim", "mean_diff", "p90_liv", "p90_sim", "srv_att_diff", "srv_mean_diff");
+  std::printf("\nFidelity, mean over %d rounds (differences: mean [min, max] of the rounds; one_ratio_*: the\n"
+              "simulation with the run's overall step-time ratio for every batch, without the ratio by size and the scatter):\n",
+              acc.front().n);
+  std::printf("%-16s %8s %8s %8s %24s %9s %9s %24s %9s %9s %24s %24s %24s %24s\n", "policy", "rate", "att_live",
+              "att_sim", "diff_points", "mean_liv", "mean_sim", "mean_diff", "p90_liv", "p90_sim", "srv_att_diff",
+              "srv_mean_diff", "one_ratio_att_diff", "one_ratio_mean_diff");
   for (const auto& a : acc) {
     const double n = a.n;
-    std::printf("%-16s %8s %8s %8s %24s %9s %9s %24s %9s %9s %24s %24s\n", a.label.c_str(),
+    std::printf("%-16s %8s %8s %8s %24s %9s %9s %24s %9s %9s %24s %24s %24s %24s\n", a.label.c_str(),
                 a.rate > 0 ? Fixed(a.rate, 2).c_str() : "-", Pct(a.att_live / n).c_str(), Pct(a.att_sim / n).c_str(),
                 spread(a.att_diff, "").c_str(), Fixed(1e3 * a.mean_live / n, 2).c_str(),
                 Fixed(1e3 * a.mean_sim / n, 2).c_str(), spread(a.mean_diff, "%").c_str(),
                 Fixed(1e3 * a.p90_live / n, 2).c_str(), Fixed(1e3 * a.p90_sim / n, 2).c_str(),
-                spread(a.srv_att_diff, "").c_str(), spread(a.srv_mean_diff, "%").c_str());
+                spread(a.srv_att_diff, "").c_str(), spread(a.srv_mean_diff, "%").c_str(),
+                spread(a.one_att_diff, "").c_str(), spread(a.one_mean_diff, "%").c_str());
   }
   std::fflush(stdout);
 }

@@ -60,10 +60,48 @@ Overhead EstimateOverhead(const std::vector<Probe>& probes) {
   return o;
 }
 
+double StepScale::At(double tokens) const {
+  if (points.empty()) return overall;
+  if (tokens <= points.front().first) return points.front().second;
+  if (tokens >= points.back().first) return points.back().second;
+  const auto hi = std::upper_bound(points.begin(), points.end(), tokens,
+                                   [](double t, const std::pair<double, double>& p) { return t < p.first; });
+  const auto lo = hi - 1;
+  const double w = (tokens - lo->first) / (hi->first - lo->first);
+  return lo->second + w * (hi->second - lo->second);
+}
+
+StepScale StepScaleFrom(const std::vector<loadgen::StepSizeClass>& classes, double overall) {
+  StepScale s(overall);
+  for (const loadgen::StepSizeClass& c : classes) {
+    if (!(c.batches >= kMinClassBatches) || !(c.profile_s > 0) || !(c.elapsed_s > 0) || !(c.tokens > 0)) continue;
+    const double tokens = c.tokens / c.batches;
+    if (!s.points.empty() && !(tokens > s.points.back().first)) continue;  // classes out of order: keep the first
+    s.points.emplace_back(tokens, c.elapsed_s / c.profile_s);
+  }
+  return s;
+}
+
+double StepSigmaFrom(const std::vector<loadgen::StepSizeClass>& classes) {
+  double n = 0, cv2 = 0;
+  for (const loadgen::StepSizeClass& c : classes) {
+    if (!(c.batches >= kMinClassBatches) || !(c.ratio_sum > 0)) continue;
+    const double mean = c.ratio_sum / c.batches;
+    const double var = std::max(0.0, c.ratio_squares / c.batches - mean * mean);
+    n += c.batches;
+    cv2 += c.batches * var / (mean * mean);
+  }
+  if (!(n > 0)) return 0;
+  return std::min(3.0, std::sqrt(std::log1p(cv2 / n)));
+}
+
 StatusOr<policy::LatencyProfile> OffsetProfile(const policy::LatencyProfile& profile, double offset_s,
-                                               int max_tokens, double scale) {
+                                               int max_tokens, const StepScale& scale) {
   if (max_tokens < 1) return InvalidArgument("OffsetProfile: max_tokens must be >= 1");
-  if (!(scale > 0) || !std::isfinite(scale)) return InvalidArgument("OffsetProfile: scale must be > 0");
+  if (!(scale.overall > 0) || !std::isfinite(scale.overall)) return InvalidArgument("OffsetProfile: scale must be > 0");
+  for (const auto& [tokens, ratio] : scale.points)
+    if (!(ratio > 0) || !std::isfinite(ratio) || !std::isfinite(tokens))
+      return InvalidArgument("OffsetProfile: every point of the scale must be finite and > 0");
   // Every integer token count up to the larger of max_tokens and the measured range, then
   // the same number of points along the profile's tail, so that the new curve's own tail
   // (the slope of its top quarter) is the old one's.
@@ -73,7 +111,7 @@ StatusOr<policy::LatencyProfile> OffsetProfile(const policy::LatencyProfile& pro
     auto& pts = points[tp];
     pts.reserve(static_cast<size_t>(2 * top));
     for (int n = 1; n <= 2 * top; ++n) {
-      const double s = scale * profile.StepSeconds(tp, n) + offset_s;
+      const double s = scale.At(n) * profile.StepSeconds(tp, n) + offset_s;
       if (!(s > 0)) {
         return InvalidArgument("the per-step overhead " + std::to_string(offset_s * 1e3) +
                                " ms makes a TP-" + std::to_string(tp) + " step of " + std::to_string(n) +
@@ -162,13 +200,14 @@ StatusOr<std::vector<loadgen::RequestResult>> SimulatePlan(const SimSetup& setup
     so.instances.emplace_back(static_cast<policy::InstanceId>(i), setup.layout[i], 0, devices);
   }
   std::optional<policy::LatencyProfile> truth;
-  if (setup.overhead.per_step_s != 0 || setup.overhead.step_scale != 1) {
+  if (setup.overhead.per_step_s != 0 || !setup.overhead.step_scale.IsOne()) {
     int max_tokens = 0;
     for (const auto& p : plan) max_tokens = std::max(max_tokens, p.prompt_len + p.output_len);
     max_tokens *= std::max(1, setup.max_live);  // the largest batch there can be
     ASSIGN_OR_RETURN(truth, OffsetProfile(profile, setup.overhead.per_step_s, max_tokens, setup.overhead.step_scale));
     so.truth_profile = &*truth;
   }
+  so.step_time_sigma = setup.overhead.step_sigma;
 
   std::vector<policy::RequestSpec> requests = loadgen::AsTrace(plan);
   for (auto& r : requests) r.prompt_len = engine->ProblemPromptLength(r.id);
@@ -215,11 +254,16 @@ StatusOr<std::vector<loadgen::RequestResult>> SimulatePlan(const SimSetup& setup
 }
 
 Comparison Compare(const loadgen::Summary& live, const loadgen::Summary& sim,
-                   const loadgen::Summary& sim_profile_only, const Overhead& overhead) {
+                   const loadgen::Summary& sim_profile_only, const Overhead& overhead,
+                   const loadgen::Summary* sim_one_ratio) {
   Comparison c;
   c.live = live;
   c.sim = sim;
   c.sim_profile_only = sim_profile_only;
+  c.has_one_ratio = sim_one_ratio != nullptr;
+  c.sim_one_ratio = sim_one_ratio ? *sim_one_ratio : sim;
+  c.one_ratio_attainment_diff_points = 100 * (c.sim_one_ratio.attainment - live.attainment);
+  c.one_ratio_mean_latency_diff = RelDiff(c.sim_one_ratio.latency_mean_s, live.latency_mean_s);
   c.overhead = overhead;
   c.attainment_diff_points = 100 * (sim.attainment - live.attainment);
   c.mean_latency_diff = RelDiff(sim.latency_mean_s, live.latency_mean_s);
@@ -235,7 +279,13 @@ Comparison Compare(const loadgen::Summary& live, const loadgen::Summary& sim,
 
 json ToJson(const Overhead& o) {
   return {{"per_step_ms", 1e3 * o.per_step_s},   {"per_request_ms", 1e3 * o.per_request_s},
-          {"step_scale", o.step_scale},
+          {"step_scale", o.step_scale.overall},
+          {"step_sigma", o.step_sigma},
+          {"step_scale_by_tokens", [&] {
+             json a = json::array();
+             for (const auto& [tokens, ratio] : o.step_scale.points) a.push_back({{"tokens", tokens}, {"scale", ratio}});
+             return a;
+           }()},
           {"probes", o.probes},                  {"probe_client_ms", 1e3 * o.client_s},
           {"probe_server_ms", 1e3 * o.server_s}, {"probe_simulated_ms", 1e3 * o.simulated_s},
           {"probe_steps", o.steps}};
@@ -259,6 +309,9 @@ json ToJson(const Comparison& c) {
   return {{"live", side(c.live)},
           {"simulated", side(c.sim)},
           {"simulated_profile_only", side(c.sim_profile_only)},
+          {"simulated_one_ratio", c.has_one_ratio ? side(c.sim_one_ratio) : json(nullptr)},
+          {"one_ratio_attainment_diff_points", c.has_one_ratio ? Num(c.one_ratio_attainment_diff_points) : json(nullptr)},
+          {"one_ratio_mean_latency_diff", c.has_one_ratio ? Num(c.one_ratio_mean_latency_diff) : json(nullptr)},
           {"overhead", ToJson(c.overhead)},
           {"attainment_diff_points", Num(c.attainment_diff_points)},
           {"mean_latency_diff", Num(c.mean_latency_diff)},

@@ -29,15 +29,36 @@
 
 namespace tediserve::cli::fidelity {
 
+// A run's measured step time over the profile's, as a function of a batch's tokens.
+struct StepScale {
+  double overall = 1;  // over the whole run; where no size class has enough batches
+  // (mean tokens of a size class, its ratio), tokens ascending: linear between points, flat
+  // beyond the first and the last.
+  std::vector<std::pair<double, double>> points;
+  StepScale(double s = 1) : overall(s) {}  // NOLINT: one ratio everywhere
+  double At(double tokens) const;
+  bool IsOne() const { return overall == 1 && points.empty(); }
+};
+// A size class gives a point once it holds this many batches: fewer are too noisy to trust.
+inline constexpr double kMinClassBatches = 10;
+// The run's ratio by size class (loadgen::Overhead::step_sizes) with `overall` for the rest.
+StepScale StepScaleFrom(const std::vector<loadgen::StepSizeClass>& classes, double overall);
+// How much single batches scatter around their class's mean ratio, as the log-sd of a
+// lognormal factor with mean 1 and the same coefficient of variation (sim::SimOptions::
+// step_time_sigma): sigma^2 = ln(1 + CV^2), CV^2 pooled over the classes (weighted by batches;
+// classes of fewer than kMinClassBatches batches left out). 0 when nothing qualifies.
+double StepSigmaFrom(const std::vector<loadgen::StepSizeClass>& classes);
+
 // Costs of the live path that the latency profile leaves out.
 struct Overhead {
   double per_step_s = 0;     // added to every step batch's duration
   double per_request_s = 0;  // added to every request's latency
   // Every step batch's duration is the profile's times this (then + per_step_s): the run's own
-  // launch-to-result time of its batches over the profile's time for them, from the server's
-  // /metrics (1: not measured). It replaces per_step_s when measured: the probes run alone,
-  // the run's steps share the cores with the load it puts on them.
-  double step_scale = 1;
+  // launch-to-result time of its batches over the profile's time for them, by batch size,
+  // from the server's /metrics (1: not measured). It replaces per_step_s when measured: the
+  // probes run alone, the run's steps share the cores with the load it puts on them.
+  StepScale step_scale;
+  double step_sigma = 0;  // each batch's duration times a lognormal factor of this log-sd (mean 1)
   int probes = 0;            // solo requests it was measured on (0: not measured, zero overhead)
   // The probes' medians, for the report.
   double client_s = 0, server_s = 0, simulated_s = 0, steps = 0;
@@ -56,10 +77,11 @@ struct Probe {
 // The medians above. Probes that failed (client_s <= 0) are skipped; none left: zero overhead.
 Overhead EstimateOverhead(const std::vector<Probe>& probes);
 
-// `profile` times `scale`, with `offset_s` added to every step, at every TP degree and token count (exact on
-// integer token counts up to `max_tokens`, and beyond it along the profile's own tail).
+// `profile` times `scale` (at each token count), with `offset_s` added to every step, at every
+// TP degree and token count (exact on integer token counts up to `max_tokens`, and beyond it
+// along the profile's own tail).
 StatusOr<policy::LatencyProfile> OffsetProfile(const policy::LatencyProfile& profile, double offset_s,
-                                               int max_tokens, double scale = 1);
+                                               int max_tokens, const StepScale& scale = {});
 
 // What the live server ran with.
 struct SimSetup {
@@ -89,6 +111,11 @@ std::vector<loadgen::PlannedRequest> ProbePlan(size_t problems, int n, int outpu
 // Live against simulated, for one run.
 struct Comparison {
   loadgen::Summary live, sim, sim_profile_only;
+  // The simulation with the run's overall ratio for every batch and no scatter (the replay
+  // before the curve by size and the noise), when those were measured; otherwise sim.
+  loadgen::Summary sim_one_ratio;
+  bool has_one_ratio = false;
+  double one_ratio_attainment_diff_points = 0, one_ratio_mean_latency_diff = 0;
   Overhead overhead;
   double attainment_diff_points = 0;  // 100 x (sim - live)
   double mean_latency_diff = 0;       // sim / live - 1
@@ -103,7 +130,8 @@ struct Comparison {
 inline constexpr double kAttainmentTargetPoints = 5;
 inline constexpr double kMeanLatencyTarget = 0.10;
 Comparison Compare(const loadgen::Summary& live, const loadgen::Summary& sim,
-                   const loadgen::Summary& sim_profile_only, const Overhead& overhead);
+                   const loadgen::Summary& sim_profile_only, const Overhead& overhead,
+                   const loadgen::Summary* sim_one_ratio = nullptr);
 nlohmann::json ToJson(const Overhead& o);
 nlohmann::json ToJson(const Comparison& c);
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "engine/tokenizer.h"
@@ -63,6 +64,56 @@ TEST(FidelityTest, OffsetProfileAddsTheOffsetEverywhere) {
       EXPECT_NEAR(r->StepSeconds(tp, n), 2.5 * p->StepSeconds(tp, n) + 0.1e-3, 1e-12) << "tp " << tp << " n " << n;
   EXPECT_FALSE(OffsetProfile(*p, 0, 300, 0).ok());
   EXPECT_FALSE(OffsetProfile(*p, 0, 300, -1).ok());
+}
+
+TEST(FidelityTest, StepScaleFollowsTheSizeClasses) {
+  // Classes: 8 tokens on average at x2, 80 at x3, one with too few batches, 4000 at x4.
+  std::vector<loadgen::StepSizeClass> classes = {
+      {16, 100, 800, 1.0, 2.0}, {128, 50, 4000, 2.0, 6.0}, {256, 3, 600, 1.0, 9.0},
+      {std::numeric_limits<double>::infinity(), 20, 80000, 1.0, 4.0}};
+  const StepScale s = StepScaleFrom(classes, 2.5);
+  ASSERT_EQ(s.points.size(), 3u);
+  EXPECT_DOUBLE_EQ(s.points[0].first, 8);
+  EXPECT_DOUBLE_EQ(s.points[1].second, 3);
+  EXPECT_DOUBLE_EQ(s.At(1), 2);      // flat below the first point
+  EXPECT_DOUBLE_EQ(s.At(44), 2.5);   // halfway between 8 and 80
+  EXPECT_DOUBLE_EQ(s.At(80), 3);
+  EXPECT_DOUBLE_EQ(s.At(9000), 4);   // flat beyond the last
+  EXPECT_FALSE(s.IsOne());
+  // No class with enough batches: the overall ratio everywhere.
+  const StepScale few = StepScaleFrom({{16, 5, 40, 1.0, 3.0}}, 2.5);
+  EXPECT_TRUE(few.points.empty());
+  EXPECT_DOUBLE_EQ(few.At(100), 2.5);
+  EXPECT_TRUE(StepScale().IsOne());
+  // A profile scaled by the curve: each token count by its own ratio.
+  auto p = policy::LatencyProfile::FromPoints({{1, {{8, 1e-3}, {128, 9e-3}}}}, "test");
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  auto q = OffsetProfile(*p, 0, 300, s);
+  ASSERT_TRUE(q.ok()) << q.status().message();
+  for (int n : {1, 8, 30, 44, 80, 100, 128, 300})
+    EXPECT_NEAR(q->StepSeconds(1, n), s.At(n) * p->StepSeconds(1, n), 1e-12) << n;
+  StepScale bad(2);
+  bad.points = {{8, 0.0}};
+  EXPECT_FALSE(OffsetProfile(*p, 0, 300, bad).ok());
+}
+
+TEST(FidelityTest, StepSigmaPoolsTheScatterWithinClasses) {
+  // Class 1: 100 batches, ratios of mean 3 and variance 0.9 (CV^2 0.1); class 2: 100 batches
+  // all at 2 (CV 0); class 3: too few batches to count.
+  loadgen::StepSizeClass a{16, 100, 800, 1, 3};
+  a.ratio_sum = 300;
+  a.ratio_squares = 100 * (0.9 + 9);
+  loadgen::StepSizeClass b{64, 100, 4000, 1, 2};
+  b.ratio_sum = 200;
+  b.ratio_squares = 400;
+  loadgen::StepSizeClass c{128, 3, 300, 1, 9};
+  c.ratio_sum = 30;
+  c.ratio_squares = 900;
+  EXPECT_NEAR(StepSigmaFrom({a}), std::sqrt(std::log(1.1)), 1e-12);
+  EXPECT_NEAR(StepSigmaFrom({a, b, c}), std::sqrt(std::log(1.05)), 1e-12);
+  EXPECT_EQ(StepSigmaFrom({b}), 0);
+  EXPECT_EQ(StepSigmaFrom({c}), 0);
+  EXPECT_EQ(StepSigmaFrom({}), 0);
 }
 
 TEST(FidelityTest, ProbePlanSpreadsProblemsASecondApart) {

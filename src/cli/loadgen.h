@@ -180,6 +180,15 @@ StatusOr<std::map<std::string, double>> ParsePrometheus(const std::string& text)
 // tediserve_loop_seconds_total (all the loop thread's CPU time) and
 // tediserve_step_seconds_total (worker step time), per step batch
 // (tediserve_step_seconds_count) and batch sizes (tediserve_batch_requests).
+// The step batches of one size class (the server's tediserve_step_size_* series, label
+// tokens_max) that returned between two scrapes.
+struct StepSizeClass {
+  double tokens_max = 0;  // the class's upper bound (infinity for the last one)
+  double batches = 0, tokens = 0;
+  double profile_s = 0, elapsed_s = 0;  // the profile's time for them, their launch-to-result time
+  double ratio_sum = 0, ratio_squares = 0;  // each batch's own launch-to-result / profile, summed; squared
+};
+
 struct Overhead {
   double scheduler_s = 0;       // policy core CPU time on the loop thread
   double scheduler_wall_s = 0;  // the same calls' wall time (0 if the server has no such series)
@@ -198,6 +207,8 @@ struct Overhead {
   // Launch-to-result time of the step batches that returned over the profile's time for them
   // (0 if the server has no such series).
   double step_elapsed_s = 0, step_profile_s = 0, step_scale = 0;
+  // The same by batch size, bounds ascending (empty if the server has no such series).
+  std::vector<StepSizeClass> step_sizes;
   bool valid = false;             // both scrapes had the series and some batches ran
 };
 Overhead OverheadBetween(const std::map<std::string, double>& before, const std::map<std::string, double>& after);

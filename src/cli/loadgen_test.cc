@@ -337,7 +337,14 @@ TEST(LoadgenMetrics, ParsesPrometheusAndComputesTheOverhead) {
       "tediserve_batch_requests_bucket{le=\"4\"} 150\ntediserve_batch_requests_bucket{le=\"8\"} 380\n"
       "tediserve_batch_requests_bucket{le=\"+Inf\"} 1100\ntediserve_batch_requests_sum 9500\n"
       "tediserve_batch_requests_count 1100\ntediserve_request_steps_total 9000\n"
-      "tediserve_step_profile_seconds_total 20\ntediserve_step_elapsed_seconds_total 45\n";
+      "tediserve_step_profile_seconds_total 20\ntediserve_step_elapsed_seconds_total 45\n"
+      "tediserve_step_size_batches_total{tokens_max=\"+Inf\"} 4\ntediserve_step_size_tokens_total{tokens_max=\"+Inf\"} 20000\n"
+      "tediserve_step_size_profile_seconds_total{tokens_max=\"+Inf\"} 2\n"
+      "tediserve_step_size_elapsed_seconds_total{tokens_max=\"+Inf\"} 8\n"
+      "tediserve_step_size_batches_total{tokens_max=\"64\"} 996\ntediserve_step_size_tokens_total{tokens_max=\"64\"} 40000\n"
+      "tediserve_step_size_profile_seconds_total{tokens_max=\"64\"} 18\n"
+      "tediserve_step_size_elapsed_seconds_total{tokens_max=\"64\"} 37\n"
+      "tediserve_step_size_batches_total{tokens_max=\"16\"} 0\n";
   auto b = ParsePrometheus(before);
   auto a = ParsePrometheus(after);
   ASSERT_TRUE(b.ok() && a.ok());
@@ -355,6 +362,16 @@ TEST(LoadgenMetrics, ParsesPrometheusAndComputesTheOverhead) {
   EXPECT_DOUBLE_EQ(o.batches_over_4, 0.9);
   EXPECT_DOUBLE_EQ(o.batches_over_8, 0.7);
   EXPECT_DOUBLE_EQ(o.step_scale, 45.0 / 20);  // the run's steps over the profile's (absent before)
+  // By size class, bounds ascending (+Inf last), the empty class left out.
+  ASSERT_EQ(o.step_sizes.size(), 2u);
+  EXPECT_EQ(o.step_sizes[0].tokens_max, 64);
+  EXPECT_DOUBLE_EQ(o.step_sizes[0].batches, 996);
+  EXPECT_DOUBLE_EQ(o.step_sizes[0].tokens, 40000);
+  EXPECT_DOUBLE_EQ(o.step_sizes[0].profile_s, 18);
+  EXPECT_DOUBLE_EQ(o.step_sizes[0].elapsed_s, 37);
+  EXPECT_TRUE(std::isinf(o.step_sizes[1].tokens_max));
+  EXPECT_DOUBLE_EQ(o.step_sizes[1].elapsed_s, 8);
+  EXPECT_TRUE(OverheadBetween(*a, *a).step_sizes.empty());
   EXPECT_EQ(OverheadBetween(*a, *a).step_scale, 0);  // nothing ran between: not measured
   EXPECT_FALSE(OverheadBetween(*b, *b).valid);
   EXPECT_FALSE(ParsePrometheus("tediserve_x\n").ok());

@@ -24,6 +24,16 @@ const std::vector<double> kLatencyBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0
 
 void Log(const std::string& m) { std::cerr << ("tediserve serve: " + m + "\n") << std::flush; }
 
+// Upper bounds (tokens) of the step-size classes that the measured step times are counted in
+// (tediserve_step_size_*): a class holds the batches of more tokens than the bound before it.
+constexpr int kStepSizeBounds[] = {16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+
+std::string StepSizeClass(int tokens) {
+  for (int b : kStepSizeBounds)
+    if (tokens <= b) return std::to_string(b);
+  return "+Inf";
+}
+
 constexpr int kMaxRestarts = 5;          // of one worker between agent joins, and of the local agent
 constexpr double kWorkerStartTimeout = 150;
 const char* const kLocalNode = "local";
@@ -391,6 +401,16 @@ void Runtime::DeclareMetrics() {
   m.Counter("tediserve_step_profile_seconds_total", "The latency profile's time for the step batches that returned.");
   m.Counter("tediserve_step_elapsed_seconds_total",
             "Launch to result of the same batches, as the loop saw it (worker, gRPC, queues).");
+  // The same, by the batch's token count, so that a replay can scale the profile per batch size
+  // (bench-serve --fidelity): label tokens_max, the class's upper bound.
+  m.Counter("tediserve_step_size_batches_total", "Step batches that returned, by token count (tokens_max: class bound).");
+  m.Counter("tediserve_step_size_tokens_total", "Tokens of the same batches.");
+  m.Counter("tediserve_step_size_profile_seconds_total", "The latency profile's time for the same batches.");
+  m.Counter("tediserve_step_size_elapsed_seconds_total", "Launch to result of the same batches.");
+  // Each batch's own ratio (launch to result / profile), summed and squared: how much the
+  // step times scatter around the class's mean (a replay's step-time noise).
+  m.Counter("tediserve_step_size_ratio_total", "Sum over the same batches of launch to result / profile time.");
+  m.Counter("tediserve_step_size_ratio_squares_total", "Sum of the squares of the same ratios.");
   m.Gauge("tediserve_step_time_scale",
           "Measured step time over the latency profile's, per instance (the default policy prices steps by it).");
   m.Counter("tediserve_migrations_total", "Requests moved to another instance.");
@@ -613,6 +633,16 @@ void Runtime::OnResult(rpc::BatchResult r) {
       for (const auto& c : b->commands) threshold_of[c.id] = c.threshold;
       metrics_.Add("tediserve_step_profile_seconds_total", b->expected_seconds);
       metrics_.Add("tediserve_step_elapsed_seconds_total", now - flight.launched);
+      const Labels size{{"tokens_max", StepSizeClass(b->tokens)}};
+      metrics_.Add("tediserve_step_size_batches_total", 1, size);
+      metrics_.Add("tediserve_step_size_tokens_total", b->tokens, size);
+      metrics_.Add("tediserve_step_size_profile_seconds_total", b->expected_seconds, size);
+      metrics_.Add("tediserve_step_size_elapsed_seconds_total", now - flight.launched, size);
+      if (b->expected_seconds > 0) {
+        const double ratio = (now - flight.launched) / b->expected_seconds;
+        metrics_.Add("tediserve_step_size_ratio_total", ratio, size);
+        metrics_.Add("tediserve_step_size_ratio_squares_total", ratio * ratio, size);
+      }
     }
     std::vector<policy::StepOutcome> outcomes;
     outcomes.reserve(static_cast<size_t>(r.results_size()));
