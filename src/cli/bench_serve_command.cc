@@ -400,6 +400,11 @@ RunResult RunLoad(const Context& ctx, const Target& t, const RunSpec& spec,
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  if (a.fidelity && before.ok()) {  // the step counters at the start (nothing ran since `before`)
+    loadgen::GaugeSample g;
+    g.step_sizes = loadgen::StepSizesBetween({}, *before);
+    out.gauges.push_back(std::move(g));
+  }
 
   // Progress on stderr, and the server's gauges for the timeline.
   std::atomic<bool> finished{false};
@@ -407,23 +412,29 @@ RunResult RunLoad(const Context& ctx, const Target& t, const RunSpec& spec,
   std::condition_variable pcv;
   const std::string tag = spec.Tag();
   std::thread progress([&] {
-    int tick = 0;
+    // Half-second ticks: the gauges every second (--plots), the step counters every tick
+    // (--fidelity: how fast the steps ran in each half second), a progress line every second.
+    int half = 0;
     while (true) {
       {
         std::unique_lock<std::mutex> l(pmu);
-        if (pcv.wait_for(l, std::chrono::seconds(1), [&] { return finished.load(); })) break;
+        if (pcv.wait_for(l, std::chrono::milliseconds(500), [&] { return finished.load(); })) break;
       }
-      ++tick;
-      if (!a.plots_dir.empty()) {
+      ++half;
+      const bool gauges = !a.plots_dir.empty() && half % 2 == 0;
+      if (gauges || a.fidelity) {
         if (auto m = Scrape(t); m.ok()) {
           loadgen::GaugeSample g;
           g.t = Since(t0);
           g.live = m->count("tediserve_live_requests") ? m->at("tediserve_live_requests") : 0;
           g.waiting = m->count("tediserve_waiting_requests") ? m->at("tediserve_waiting_requests") : 0;
+          if (a.fidelity) g.step_sizes = loadgen::StepSizesBetween({}, *m);
           std::lock_guard<std::mutex> l(mu);
-          out.gauges.push_back(g);
+          out.gauges.push_back(std::move(g));
         }
       }
+      if (half % 2 != 0) continue;
+      const int tick = half / 2;
       if (a.quiet || (!ctx.stderr_tty && tick % 5 != 0)) continue;
       const int64_t d = done.load();
       std::ostringstream line;
@@ -620,24 +631,32 @@ Status Replay(const Context& ctx, fidelity::SimSetup setup, const std::vector<lo
     probes.push_back(p);
   }
   fidelity::Overhead overhead = fidelity::EstimateOverhead(probes);
-  if (run->overhead.step_scale > 0) {
-    overhead.step_scale = fidelity::StepScaleFrom(run->overhead.step_sizes, run->overhead.step_scale);
-    overhead.step_sigma = fidelity::StepSigmaFrom(run->overhead.step_sizes);
-    overhead.per_step_s = 0;  // inside the run's own step times
-  }
   ASSIGN_OR_RETURN(auto bare, fidelity::SimulatePlan(setup, plan, *ctx.problems));
+  std::vector<std::pair<std::string, loadgen::Summary>> alternatives;
+  if (run->overhead.step_scale > 0) {
+    overhead.per_step_s = 0;  // inside the run's own step times
+    const fidelity::StepScale one(run->overhead.step_scale);
+    fidelity::StepScale by_size = fidelity::StepScaleFrom(run->overhead.step_sizes, run->overhead.step_scale);
+    const double sigma = fidelity::StepSigmaFrom(run->overhead.step_sizes);
+    // The simpler replays first: what each part of the model adds.
+    setup.overhead = overhead;
+    setup.overhead.step_scale = one;
+    ASSIGN_OR_RETURN(auto one_ratio, fidelity::SimulatePlan(setup, plan, *ctx.problems));
+    alternatives.emplace_back("one_ratio", loadgen::Summarize(one_ratio));
+    setup.overhead.step_scale = by_size;
+    setup.overhead.step_sigma = sigma;
+    ASSIGN_OR_RETURN(auto no_level, fidelity::SimulatePlan(setup, plan, *ctx.problems));
+    alternatives.emplace_back("no_level", loadgen::Summarize(no_level));
+    // The model: the ratio by size, times the level of the half second the step starts in,
+    // times independent noise for the scatter the level does not hold.
+    const double level_sigma = fidelity::StepLevelFrom(run->gauges, &by_size);
+    overhead.step_scale = by_size;
+    overhead.step_sigma = std::sqrt(std::max(0.0, sigma * sigma - level_sigma * level_sigma));
+  }
   setup.overhead = overhead;
   ASSIGN_OR_RETURN(auto with, fidelity::SimulatePlan(setup, plan, *ctx.problems));
-  // The same with one ratio for every batch, no scatter, to show what the curve and the noise change.
-  std::optional<loadgen::Summary> one_ratio;
-  if (!overhead.step_scale.points.empty() || overhead.step_sigma > 0) {
-    setup.overhead.step_scale = fidelity::StepScale(overhead.step_scale.overall);
-    setup.overhead.step_sigma = 0;
-    ASSIGN_OR_RETURN(auto one, fidelity::SimulatePlan(setup, plan, *ctx.problems));
-    one_ratio = loadgen::Summarize(one);
-  }
   run->fidelity = fidelity::Compare(run->summary, loadgen::Summarize(with), loadgen::Summarize(bare), overhead,
-                                    one_ratio ? &*one_ratio : nullptr);
+                                    alternatives);
   run->has_fidelity = true;
   return Status::Ok();
 }
@@ -684,7 +703,8 @@ void PrintFidelity(const std::vector<RunResult>& runs, const std::string& profil
     double rate = 0;
     int n = 0;
     double att_live = 0, att_sim = 0, mean_live = 0, mean_sim = 0, p90_live = 0, p90_sim = 0;
-    std::vector<double> att_diff, mean_diff, srv_att_diff, srv_mean_diff, one_att_diff, one_mean_diff;
+    std::vector<double> att_diff, mean_diff, srv_att_diff, srv_mean_diff;
+    std::vector<std::pair<std::string, std::pair<std::vector<double>, std::vector<double>>>> alt;  // name: diffs
   };
   std::vector<Acc> acc;
   for (const auto& r : runs) {
@@ -710,8 +730,15 @@ void PrintFidelity(const std::vector<RunResult>& runs, const std::string& profil
     it->mean_diff.push_back(100 * c.mean_latency_diff);
     it->srv_att_diff.push_back(c.server_attainment_diff_points);
     it->srv_mean_diff.push_back(100 * c.server_mean_latency_diff);
-    it->one_att_diff.push_back(c.one_ratio_attainment_diff_points);
-    it->one_mean_diff.push_back(100 * c.one_ratio_mean_latency_diff);
+    for (const auto& x : c.alternatives) {
+      auto at = std::find_if(it->alt.begin(), it->alt.end(), [&](const auto& e) { return e.first == x.name; });
+      if (at == it->alt.end()) {
+        it->alt.push_back({x.name, {}});
+        at = it->alt.end() - 1;
+      }
+      at->second.first.push_back(x.attainment_diff_points);
+      at->second.second.push_back(100 * x.mean_latency_diff);
+    }
   }
   if (acc.empty() || acc.front().n < 2) return;
   auto spread = [](const std::vector<double>& v, const std::string& unit) {
@@ -721,21 +748,27 @@ void PrintFidelity(const std::vector<RunResult>& runs, const std::string& profil
     const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
     return Signed(m, 1, unit) + " [" + Signed(*lo, 1, "") + ", " + Signed(*hi, 1, "") + "]";
   };
-  std::printf("\nFidelity, mean over %d rounds (differences: mean [min, max] of the rounds; one_ratio_*: the\n"
-              "simulation with the run's overall step-time ratio for every batch, without the ratio by size and the scatter):\n",
-              acc.front().n);
-  std::printf("%-16s %8s %8s %8s %24s %9s %9s %24s %9s %9s %24s %24s %24s %24s\n", "policy", "rate", "att_live",
-              "att_sim", "diff_points", "mean_liv", "mean_sim", "mean_diff", "p90_liv", "p90_sim", "srv_att_diff",
-              "srv_mean_diff", "one_ratio_att_diff", "one_ratio_mean_diff");
+  std::printf("\nFidelity, mean over %d rounds (differences: mean [min, max] of the rounds):\n", acc.front().n);
+  std::printf("%-16s %8s %8s %8s %24s %9s %9s %24s %9s %9s %24s %24s\n", "policy", "rate", "att_live", "att_sim",
+              "diff_points", "mean_liv", "mean_sim", "mean_diff", "p90_liv", "p90_sim", "srv_att_diff", "srv_mean_diff");
   for (const auto& a : acc) {
     const double n = a.n;
-    std::printf("%-16s %8s %8s %8s %24s %9s %9s %24s %9s %9s %24s %24s %24s %24s\n", a.label.c_str(),
+    std::printf("%-16s %8s %8s %8s %24s %9s %9s %24s %9s %9s %24s %24s\n", a.label.c_str(),
                 a.rate > 0 ? Fixed(a.rate, 2).c_str() : "-", Pct(a.att_live / n).c_str(), Pct(a.att_sim / n).c_str(),
                 spread(a.att_diff, "").c_str(), Fixed(1e3 * a.mean_live / n, 2).c_str(),
                 Fixed(1e3 * a.mean_sim / n, 2).c_str(), spread(a.mean_diff, "%").c_str(),
                 Fixed(1e3 * a.p90_live / n, 2).c_str(), Fixed(1e3 * a.p90_sim / n, 2).c_str(),
-                spread(a.srv_att_diff, "").c_str(), spread(a.srv_mean_diff, "%").c_str(),
-                spread(a.one_att_diff, "").c_str(), spread(a.one_mean_diff, "%").c_str());
+                spread(a.srv_att_diff, "").c_str(), spread(a.srv_mean_diff, "%").c_str());
+  }
+  if (!acc.front().alt.empty()) {
+    std::printf("\nSimpler replays of the same runs (one_ratio: the run's overall step-time ratio for every batch,\n"
+                "no scatter; no_level: the ratio by batch size and all the scatter as independent noise, no level\n"
+                "over time). Differences as above:\n");
+    std::printf("%-16s %8s %-10s %24s %24s\n", "policy", "rate", "replay", "diff_points", "mean_diff");
+    for (const auto& a : acc)
+      for (const auto& [name, d] : a.alt)
+        std::printf("%-16s %8s %-10s %24s %24s\n", a.label.c_str(), a.rate > 0 ? Fixed(a.rate, 2).c_str() : "-",
+                    name.c_str(), spread(d.first, "").c_str(), spread(d.second, "%").c_str());
   }
   std::fflush(stdout);
 }

@@ -95,6 +95,52 @@ double StepSigmaFrom(const std::vector<loadgen::StepSizeClass>& classes) {
   return std::min(3.0, std::sqrt(std::log1p(cv2 / n)));
 }
 
+double StepLevelFrom(const std::vector<loadgen::GaugeSample>& samples, StepScale* scale) {
+  scale->level.clear();
+  std::vector<double> logs, weights;
+  double level = 1;
+  for (size_t i = 1; i < samples.size(); ++i) {
+    const auto& a = samples[i - 1].step_sizes;
+    double batches = 0, elapsed = 0, expected = 0;
+    for (const loadgen::StepSizeClass& c : samples[i].step_sizes) {
+      loadgen::StepSizeClass d = c;
+      for (const loadgen::StepSizeClass& p : a)
+        if (p.tokens_max == c.tokens_max) {
+          d.batches -= p.batches;
+          d.tokens -= p.tokens;
+          d.profile_s -= p.profile_s;
+          d.elapsed_s -= p.elapsed_s;
+        }
+      if (!(d.batches > 0)) continue;
+      batches += d.batches;
+      elapsed += d.elapsed_s;
+      expected += d.profile_s * scale->At(d.tokens / d.batches);
+    }
+    if (batches >= kMinLevelBatches && expected > 0 && elapsed > 0) {
+      level = elapsed / expected;
+      logs.push_back(std::log(level));
+      weights.push_back(batches);
+    }
+    scale->level.emplace_back(samples[i - 1].t, level);
+  }
+  double w = 0, m = 0, v = 0;
+  for (size_t i = 0; i < logs.size(); ++i) {
+    w += weights[i];
+    m += weights[i] * logs[i];
+  }
+  if (!(w > 0)) return 0;
+  m /= w;
+  for (size_t i = 0; i < logs.size(); ++i) v += weights[i] * (logs[i] - m) * (logs[i] - m);
+  return std::sqrt(v / w);
+}
+
+double StepScale::LevelAt(double t) const {
+  if (level.empty() || t < level.front().first) return 1;
+  const auto it = std::upper_bound(level.begin(), level.end(), t,
+                                   [](double x, const std::pair<double, double>& p) { return x < p.first; });
+  return (it - 1)->second;
+}
+
 StatusOr<policy::LatencyProfile> OffsetProfile(const policy::LatencyProfile& profile, double offset_s,
                                                int max_tokens, const StepScale& scale) {
   if (max_tokens < 1) return InvalidArgument("OffsetProfile: max_tokens must be >= 1");
@@ -208,6 +254,10 @@ StatusOr<std::vector<loadgen::RequestResult>> SimulatePlan(const SimSetup& setup
     so.truth_profile = &*truth;
   }
   so.step_time_sigma = setup.overhead.step_sigma;
+  if (!setup.overhead.step_scale.level.empty()) {
+    const StepScale scale = setup.overhead.step_scale;
+    so.step_time_factor = [scale](policy::Seconds t) { return scale.LevelAt(t); };
+  }
 
   std::vector<policy::RequestSpec> requests = loadgen::AsTrace(plan);
   for (auto& r : requests) r.prompt_len = engine->ProblemPromptLength(r.id);
@@ -255,15 +305,14 @@ StatusOr<std::vector<loadgen::RequestResult>> SimulatePlan(const SimSetup& setup
 
 Comparison Compare(const loadgen::Summary& live, const loadgen::Summary& sim,
                    const loadgen::Summary& sim_profile_only, const Overhead& overhead,
-                   const loadgen::Summary* sim_one_ratio) {
+                   const std::vector<std::pair<std::string, loadgen::Summary>>& alternatives) {
   Comparison c;
   c.live = live;
   c.sim = sim;
   c.sim_profile_only = sim_profile_only;
-  c.has_one_ratio = sim_one_ratio != nullptr;
-  c.sim_one_ratio = sim_one_ratio ? *sim_one_ratio : sim;
-  c.one_ratio_attainment_diff_points = 100 * (c.sim_one_ratio.attainment - live.attainment);
-  c.one_ratio_mean_latency_diff = RelDiff(c.sim_one_ratio.latency_mean_s, live.latency_mean_s);
+  for (const auto& [name, summary] : alternatives)
+    c.alternatives.push_back({name, summary, 100 * (summary.attainment - live.attainment),
+                              RelDiff(summary.latency_mean_s, live.latency_mean_s)});
   c.overhead = overhead;
   c.attainment_diff_points = 100 * (sim.attainment - live.attainment);
   c.mean_latency_diff = RelDiff(sim.latency_mean_s, live.latency_mean_s);
@@ -281,6 +330,11 @@ json ToJson(const Overhead& o) {
   return {{"per_step_ms", 1e3 * o.per_step_s},   {"per_request_ms", 1e3 * o.per_request_s},
           {"step_scale", o.step_scale.overall},
           {"step_sigma", o.step_sigma},
+          {"step_level", [&] {
+             json a = json::array();
+             for (const auto& [t, f] : o.step_scale.level) a.push_back({{"from_s", t}, {"factor", f}});
+             return a;
+           }()},
           {"step_scale_by_tokens", [&] {
              json a = json::array();
              for (const auto& [tokens, ratio] : o.step_scale.points) a.push_back({{"tokens", tokens}, {"scale", ratio}});
@@ -309,9 +363,14 @@ json ToJson(const Comparison& c) {
   return {{"live", side(c.live)},
           {"simulated", side(c.sim)},
           {"simulated_profile_only", side(c.sim_profile_only)},
-          {"simulated_one_ratio", c.has_one_ratio ? side(c.sim_one_ratio) : json(nullptr)},
-          {"one_ratio_attainment_diff_points", c.has_one_ratio ? Num(c.one_ratio_attainment_diff_points) : json(nullptr)},
-          {"one_ratio_mean_latency_diff", c.has_one_ratio ? Num(c.one_ratio_mean_latency_diff) : json(nullptr)},
+          {"alternatives", [&] {
+             json a = json::object();
+             for (const auto& alt : c.alternatives)
+               a[alt.name] = {{"simulated", side(alt.sim)},
+                              {"attainment_diff_points", Num(alt.attainment_diff_points)},
+                              {"mean_latency_diff", Num(alt.mean_latency_diff)}};
+             return a;
+           }()},
           {"overhead", ToJson(c.overhead)},
           {"attainment_diff_points", Num(c.attainment_diff_points)},
           {"mean_latency_diff", Num(c.mean_latency_diff)},

@@ -35,9 +35,13 @@ struct StepScale {
   // (mean tokens of a size class, its ratio), tokens ascending: linear between points, flat
   // beyond the first and the last.
   std::vector<std::pair<double, double>> points;
+  // How fast the machine ran over time: (from second, factor) since the run's start, times
+  // ascending; a step that starts in an interval takes At(tokens) x its factor (empty: 1).
+  std::vector<std::pair<double, double>> level;
   StepScale(double s = 1) : overall(s) {}  // NOLINT: one ratio everywhere
   double At(double tokens) const;
-  bool IsOne() const { return overall == 1 && points.empty(); }
+  double LevelAt(double t) const;  // 1 before the first interval
+  bool IsOne() const { return overall == 1 && points.empty() && level.empty(); }
 };
 // A size class gives a point once it holds this many batches: fewer are too noisy to trust.
 inline constexpr double kMinClassBatches = 10;
@@ -48,6 +52,15 @@ StepScale StepScaleFrom(const std::vector<loadgen::StepSizeClass>& classes, doub
 // step_time_sigma): sigma^2 = ln(1 + CV^2), CV^2 pooled over the classes (weighted by batches;
 // classes of fewer than kMinClassBatches batches left out). 0 when nothing qualifies.
 double StepSigmaFrom(const std::vector<loadgen::StepSizeClass>& classes);
+// The level over time from the step counters sampled during the run (loadgen::GaugeSample::
+// step_sizes, totals, the first sample at the start): in each interval between two samples,
+// the launch-to-result time of its batches over what `scale` gives them (each class's profile
+// time x At(its mean tokens)); an interval of fewer than kMinLevelBatches batches keeps the
+// previous level (1 at first). Sets scale->level and returns the log-sd of the level across
+// the run's batches (each interval weighted by its batches), the part of the scatter that the
+// level already holds.
+inline constexpr double kMinLevelBatches = 5;
+double StepLevelFrom(const std::vector<loadgen::GaugeSample>& samples, StepScale* scale);
 
 // Costs of the live path that the latency profile leaves out.
 struct Overhead {
@@ -111,11 +124,15 @@ std::vector<loadgen::PlannedRequest> ProbePlan(size_t problems, int n, int outpu
 // Live against simulated, for one run.
 struct Comparison {
   loadgen::Summary live, sim, sim_profile_only;
-  // The simulation with the run's overall ratio for every batch and no scatter (the replay
-  // before the curve by size and the noise), when those were measured; otherwise sim.
-  loadgen::Summary sim_one_ratio;
-  bool has_one_ratio = false;
-  double one_ratio_attainment_diff_points = 0, one_ratio_mean_latency_diff = 0;
+  // Simpler replays of the same run, to show what each part of the step-time model adds
+  // (bench-serve --fidelity: "one_ratio", the run's overall ratio for every batch and no
+  // scatter; "no_level", the ratio by size and all the scatter as independent noise).
+  struct Alternative {
+    std::string name;
+    loadgen::Summary sim;
+    double attainment_diff_points = 0, mean_latency_diff = 0;
+  };
+  std::vector<Alternative> alternatives;
   Overhead overhead;
   double attainment_diff_points = 0;  // 100 x (sim - live)
   double mean_latency_diff = 0;       // sim / live - 1
@@ -131,7 +148,7 @@ inline constexpr double kAttainmentTargetPoints = 5;
 inline constexpr double kMeanLatencyTarget = 0.10;
 Comparison Compare(const loadgen::Summary& live, const loadgen::Summary& sim,
                    const loadgen::Summary& sim_profile_only, const Overhead& overhead,
-                   const loadgen::Summary* sim_one_ratio = nullptr);
+                   const std::vector<std::pair<std::string, loadgen::Summary>>& alternatives = {});
 nlohmann::json ToJson(const Overhead& o);
 nlohmann::json ToJson(const Comparison& c);
 

@@ -116,6 +116,39 @@ TEST(FidelityTest, StepSigmaPoolsTheScatterWithinClasses) {
   EXPECT_EQ(StepSigmaFrom({}), 0);
 }
 
+TEST(FidelityTest, StepLevelFollowsTheRunOverTime) {
+  // Totals sampled every half second: nothing yet; 100 batches at 2x the profile; 100 more at
+  // 4x; 2 more (too few to say): the level keeps the last one.
+  auto sample = [](double t, double batches, double profile, double elapsed) {
+    loadgen::GaugeSample g;
+    g.t = t;
+    loadgen::StepSizeClass c{16, batches, 8 * batches, profile, elapsed};
+    g.step_sizes = {c};
+    return g;
+  };
+  std::vector<loadgen::GaugeSample> samples = {sample(0, 0, 0, 0), sample(0.5, 100, 1, 2), sample(1.0, 200, 2, 6),
+                                               sample(1.5, 202, 2.02, 6.5)};
+  samples[0].step_sizes.clear();  // no class counted before the run
+  StepScale s(3);
+  s.points = {{8, 2.0}};  // the run's ratio by size: 2 at every size
+  const double level_sd = StepLevelFrom(samples, &s);
+  ASSERT_EQ(s.level.size(), 3u);
+  EXPECT_DOUBLE_EQ(s.level[0].first, 0);
+  EXPECT_DOUBLE_EQ(s.level[0].second, 1);  // 2 s over 1 s x 2
+  EXPECT_DOUBLE_EQ(s.level[1].second, 2);  // 4 s over 1 s x 2
+  EXPECT_DOUBLE_EQ(s.level[2].second, 2);  // two batches: the level before
+  EXPECT_DOUBLE_EQ(s.LevelAt(-1), 1);
+  EXPECT_DOUBLE_EQ(s.LevelAt(0.2), 1);
+  EXPECT_DOUBLE_EQ(s.LevelAt(0.7), 2);
+  EXPECT_DOUBLE_EQ(s.LevelAt(99), 2);
+  EXPECT_NEAR(level_sd, std::log(2.0) / 2, 1e-12);  // log levels 0 and ln 2, 100 batches each
+  EXPECT_FALSE(s.IsOne());
+  StepScale none;
+  EXPECT_EQ(StepLevelFrom({}, &none), 0);
+  EXPECT_TRUE(none.level.empty());
+  EXPECT_TRUE(none.IsOne());
+}
+
 TEST(FidelityTest, ProbePlanSpreadsProblemsASecondApart) {
   const auto plan = ProbePlan(400, 5, 8);
   ASSERT_EQ(plan.size(), 5u);

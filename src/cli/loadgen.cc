@@ -480,6 +480,37 @@ StatusOr<std::map<std::string, double>> ParsePrometheus(const std::string& text)
   return out;
 }
 
+std::vector<StepSizeClass> StepSizesBetween(const std::map<std::string, double>& before,
+                                            const std::map<std::string, double>& after) {
+  auto d = [&](const std::string& k) { return Get(after, k) - Get(before, k); };
+  std::vector<StepSizeClass> out;
+  const std::string size_family = "tediserve_step_size_batches_total", size_label = "{tokens_max=\"";
+  const std::string size_prefix = size_family + size_label;
+  for (auto it = after.lower_bound(size_prefix); it != after.end() && it->first.rfind(size_prefix, 0) == 0; ++it) {
+    if (it->first.size() < size_prefix.size() + 2 || it->first.compare(it->first.size() - 2, 2, "\"}") != 0) continue;
+    const std::string bound = it->first.substr(size_prefix.size(), it->first.size() - size_prefix.size() - 2);
+    const std::string label = size_label + bound + "\"}";
+    StepSizeClass c;
+    if (bound == "+Inf") {
+      c.tokens_max = std::numeric_limits<double>::infinity();
+    } else {
+      char* end = nullptr;
+      c.tokens_max = std::strtod(bound.c_str(), &end);
+      if (end == bound.c_str() || *end != '\0') continue;  // not a class this version wrote
+    }
+    c.batches = d(size_family + label);
+    c.tokens = d("tediserve_step_size_tokens_total" + label);
+    c.profile_s = d("tediserve_step_size_profile_seconds_total" + label);
+    c.elapsed_s = d("tediserve_step_size_elapsed_seconds_total" + label);
+    c.ratio_sum = d("tediserve_step_size_ratio_total" + label);
+    c.ratio_squares = d("tediserve_step_size_ratio_squares_total" + label);
+    if (c.batches > 0) out.push_back(c);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const StepSizeClass& a, const StepSizeClass& b) { return a.tokens_max < b.tokens_max; });
+  return out;
+}
+
 Overhead OverheadBetween(const std::map<std::string, double>& before, const std::map<std::string, double>& after) {
   Overhead o;
   bool has_sched = false, has_step = false;
@@ -501,30 +532,7 @@ Overhead OverheadBetween(const std::map<std::string, double>& before, const std:
   o.step_elapsed_s = d("tediserve_step_elapsed_seconds_total");
   o.step_profile_s = d("tediserve_step_profile_seconds_total");
   if (o.step_elapsed_s > 0 && o.step_profile_s > 0) o.step_scale = o.step_elapsed_s / o.step_profile_s;
-  const std::string size_family = "tediserve_step_size_batches_total", size_label = "{tokens_max=\"";
-  const std::string size_prefix = size_family + size_label;
-  for (auto it = after.lower_bound(size_prefix); it != after.end() && it->first.rfind(size_prefix, 0) == 0; ++it) {
-    if (it->first.size() < size_prefix.size() + 2 || it->first.compare(it->first.size() - 2, 2, "\"}") != 0) continue;
-    const std::string bound = it->first.substr(size_prefix.size(), it->first.size() - size_prefix.size() - 2);
-    const std::string label = size_label + bound + "\"}";
-    StepSizeClass c;
-    if (bound == "+Inf") {
-      c.tokens_max = std::numeric_limits<double>::infinity();
-    } else {
-      char* end = nullptr;
-      c.tokens_max = std::strtod(bound.c_str(), &end);
-      if (end == bound.c_str() || *end != '\0') continue;  // not a class this version wrote
-    }
-    c.batches = d(size_family + label);
-    c.tokens = d("tediserve_step_size_tokens_total" + label);
-    c.profile_s = d("tediserve_step_size_profile_seconds_total" + label);
-    c.elapsed_s = d("tediserve_step_size_elapsed_seconds_total" + label);
-    c.ratio_sum = d("tediserve_step_size_ratio_total" + label);
-    c.ratio_squares = d("tediserve_step_size_ratio_squares_total" + label);
-    if (c.batches > 0) o.step_sizes.push_back(c);
-  }
-  std::sort(o.step_sizes.begin(), o.step_sizes.end(),
-            [](const StepSizeClass& a, const StepSizeClass& b) { return a.tokens_max < b.tokens_max; });
+  o.step_sizes = StepSizesBetween(before, after);
   o.valid = has_sched && has_step && o.batches > 0 && o.step_s > 0;
   if (o.valid) {
     o.policy_ms_per_step = 1000 * o.scheduler_s / o.batches;

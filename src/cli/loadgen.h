@@ -212,6 +212,10 @@ struct Overhead {
   bool valid = false;             // both scrapes had the series and some batches ran
 };
 Overhead OverheadBetween(const std::map<std::string, double>& before, const std::map<std::string, double>& after);
+// The step-size classes' increases between two scrapes (bounds ascending, classes without a
+// batch left out); `before` empty: the totals in `after`.
+std::vector<StepSizeClass> StepSizesBetween(const std::map<std::string, double>& before,
+                                            const std::map<std::string, double>& after);
 nlohmann::json ToJson(const Overhead& o);
 
 // ---- Plots -----------------------------------------------------------------------------
@@ -220,6 +224,9 @@ nlohmann::json ToJson(const Overhead& o);
 struct GaugeSample {
   double t = 0;
   double live = 0, waiting = 0;
+  // The step-size counters at t, totals since the server started (--fidelity runs): the
+  // differences between samples are how fast the steps ran in each interval.
+  std::vector<StepSizeClass> step_sizes;
 };
 
 // A timeline CSV in the simulator's columns (sim::PlotTimeline): per `window_s` window, the

@@ -398,7 +398,7 @@ TEST(LoadgenTimeline, WindowsInTheSimulatorsColumns) {
   rs[2].planned_s = rs[2].sent_s = 1.2;
   rs[2].done_s = 1.3;
   rs[2].outcome = "rejected";
-  const std::string csv = TimelineCsv(rs, {{0.9, 2, 1}}, 1.0);
+  const std::string csv = TimelineCsv(rs, {{0.9, 2, 1, {}}}, 1.0);
   EXPECT_EQ(csv,
             "t_s,arrival_rps,active,queued,mean_threshold,mean_cap,window_attainment,window_mean_latency_s\n"
             "1,2,1,1,0.9,nan,1,0.4\n"

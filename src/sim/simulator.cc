@@ -225,6 +225,7 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
       for (const policy::StepBatch& b : o.batches) {
         Seconds d = b.expected_seconds;
         if (options.truth_profile != nullptr) d = truth.StepSeconds(info_of.at(b.instance).tp, b.tokens);
+        if (options.step_time_factor) d *= options.step_time_factor(now);
         if (options.step_time_sigma > 0) {
           const double s = options.step_time_sigma;
           d *= std::exp(s * StandardNormal(fseed, kStepTime, static_cast<uint64_t>(b.id)) - 0.5 * s * s);

@@ -66,6 +66,9 @@ struct SimOptions {
   // a lognormal factor with mean 1 and log-sd step_time_sigma (0: exact).
   const policy::LatencyProfile* truth_profile = nullptr;
   double step_time_sigma = 0;
+  // And times this factor of the virtual time the step starts at (empty: 1), e.g. how fast a
+  // live machine ran over a run that the simulation replays (bench-serve --fidelity).
+  std::function<double(policy::Seconds)> step_time_factor;
   FaultOptions faults;
   // Reconfiguration (off by default): periodic Stage 1 / Stage 2 plans executed one launch
   // at a time (docs/design.md section 10.5). Not combined with fault injection.

@@ -183,6 +183,26 @@ TEST_F(SimulatorTest, StepTimeErrorChangesTimesNotTheRequestCount) {
   }
   EXPECT_GT(lat_slow, 1.5 * lat_exact);
   EXPECT_EQ(Outcomes(*slower).at(host::Outcome::kCompleted), static_cast<int>(rs.size()));
+  // A factor over time instead (the machine twice as slow from the 30th second on): requests
+  // that arrive before 20 s are as fast as with the exact times, those after 30 s slower.
+  o.truth_profile = nullptr;
+  o.step_time_factor = [](policy::Seconds t) { return t < 30 ? 1.0 : 2.0; };
+  auto later = Run(o, rs);
+  ASSERT_TRUE(later.ok()) << later.status().ToString();
+  double early_exact = 0, early_later = 0, late_exact = 0, late_later = 0;
+  for (size_t i = 0; i < rs.size(); ++i) {
+    if (rs[i].arrival < 20) {
+      early_exact += exact->requests[i].latency;
+      early_later += later->requests[i].latency;
+    } else if (rs[i].arrival >= 30) {
+      late_exact += exact->requests[i].latency;
+      late_later += later->requests[i].latency;
+    }
+  }
+  EXPECT_GT(early_exact, 0);
+  EXPECT_NEAR(early_later, early_exact, 1e-9 * early_exact);
+  EXPECT_GT(late_later, 1.5 * late_exact);
+  EXPECT_EQ(Outcomes(*later).at(host::Outcome::kCompleted), static_cast<int>(rs.size()));
 }
 
 // Reconfiguration (issue 15): at a light load the planner moves 16 x TP1 to higher TP degrees,
