@@ -266,6 +266,7 @@ struct RunResult {
   std::vector<loadgen::RequestResult> probes;
   bool has_fidelity = false;
   fidelity::Comparison fidelity;
+  std::vector<loadgen::RequestResult> simulated;  // the replay's requests, in plan order
 };
 
 struct Context {
@@ -657,6 +658,7 @@ Status Replay(const Context& ctx, fidelity::SimSetup setup, const std::vector<lo
   ASSIGN_OR_RETURN(auto with, fidelity::SimulatePlan(setup, plan, *ctx.problems));
   run->fidelity = fidelity::Compare(run->summary, loadgen::Summarize(with), loadgen::Summarize(bare), overhead,
                                     alternatives);
+  run->simulated = std::move(with);
   run->has_fidelity = true;
   return Status::Ok();
 }
@@ -1162,6 +1164,17 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
         json probes = json::array();
         for (const auto& q : r.probes) probes.push_back(RequestJson(q, (*problems)[q.problem]));
         rj["fidelity"]["probe_requests"] = std::move(probes);
+        // Request by request, to set against `requests` (same ids, plan order).
+        json sims = json::array();
+        for (const auto& q : r.simulated)
+          sims.push_back({{"id", q.id},
+                          {"outcome", q.outcome},
+                          {"latency_s", q.latency_s},
+                          {"server_latency_s", q.server_latency_s},
+                          {"slo_met", q.slo_met},
+                          {"steps", q.steps},
+                          {"correct", q.correct}});
+        rj["fidelity"]["simulated_requests"] = std::move(sims);
       }
       json reqs = json::array();
       for (const auto& q : r.requests) reqs.push_back(RequestJson(q, (*problems)[q.problem]));

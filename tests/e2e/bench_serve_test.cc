@@ -295,6 +295,22 @@ TEST(BenchServeTest, FidelityReplaysTheRunInTheSimulator) {
   EXPECT_NEAR(f["simulated"]["accuracy"].get<double>(), f["live"]["accuracy"].get<double>(), 0.1) << f.dump();
   const double diff = f["attainment_diff_points"].get<double>();
   EXPECT_NEAR(diff, 100 * (f["simulated"]["attainment"].get<double>() - f["live"]["attainment"].get<double>()), 1e-6);
+  // The step times by size came from the server, and the replay used them: a ratio by size,
+  // the simpler replays beside it, and one simulated request per planned one.
+  ASSERT_TRUE(run["overhead"]["step_sizes"].is_array());
+  double batches = 0;
+  for (const json& c : run["overhead"]["step_sizes"]) {
+    batches += c["batches"].get<double>();
+    EXPECT_GT(c["elapsed_s"].get<double>(), 0) << c.dump();
+    EXPECT_GT(c["ratio_squares"].get<double>(), 0) << c.dump();
+  }
+  EXPECT_NEAR(batches, run["overhead"]["batches"].get<double>(), 0.5);
+  EXPECT_GT(f["overhead"]["step_scale"].get<double>(), 0);
+  EXPECT_TRUE(f["overhead"]["step_level"].is_array());
+  EXPECT_TRUE(f["alternatives"].contains("one_ratio")) << f["alternatives"].dump();
+  EXPECT_TRUE(f["alternatives"].contains("no_level")) << f["alternatives"].dump();
+  ASSERT_EQ(f["simulated_requests"].size(), static_cast<size_t>(n));
+  for (size_t i = 0; i < static_cast<size_t>(n); ++i) EXPECT_EQ(f["simulated_requests"][i]["id"].get<int>(), i);
   EXPECT_THAT(r.out, HasSubstr("Fidelity: the simulator on the same arrivals"));
   EXPECT_THAT(r.err, HasSubstr("[tediserve @ 30.00] simulated: attainment"));
 }
