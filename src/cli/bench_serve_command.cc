@@ -1173,6 +1173,7 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
                           {"server_latency_s", q.server_latency_s},
                           {"slo_met", q.slo_met},
                           {"steps", q.steps},
+                          {"migrations", q.migrations},
                           {"correct", q.correct}});
         rj["fidelity"]["simulated_requests"] = std::move(sims);
       }
