@@ -632,6 +632,28 @@ Status Replay(const Context& ctx, fidelity::SimSetup setup, const std::vector<lo
     probes.push_back(p);
   }
   fidelity::Overhead overhead = fidelity::EstimateOverhead(probes);
+  // With step-time noise, the replay `draws` times with different noise, every draw's
+  // requests pooled: attainment and mean latency are then the means over the draws.
+  const int draws = std::max(1, ctx.args->fidelity_draws);
+  auto pooled = [&](const fidelity::SimSetup& s) -> StatusOr<loadgen::Summary> {
+    std::vector<loadgen::RequestResult> all;
+    for (int k = 0; k < (s.overhead.step_sigma > 0 ? draws : 1); ++k) {
+      fidelity::SimSetup sk = s;
+      sk.seed = s.seed + static_cast<uint64_t>(k);
+      ASSIGN_OR_RETURN(auto one, fidelity::SimulatePlan(sk, plan, *ctx.problems));
+      all.insert(all.end(), one.begin(), one.end());
+    }
+    // Rates and shares are means over the draws; counts and per-second figures per draw.
+    loadgen::Summary sum = loadgen::Summarize(all);
+    const int64_t n = static_cast<int64_t>(all.size() / std::max<size_t>(1, plan.size()));
+    if (n > 1) {
+      for (int64_t* c : {&sum.requests, &sum.completed, &sum.met, &sum.met_server, &sum.correct}) *c /= n;
+      for (auto& [outcome, count] : sum.outcomes) count /= n;
+      for (double* r : {&sum.offered_rps, &sum.throughput_rps, &sum.goodput_rps, &sum.tokens_per_s})
+        *r /= static_cast<double>(n);
+    }
+    return sum;
+  };
   ASSIGN_OR_RETURN(auto bare, fidelity::SimulatePlan(setup, plan, *ctx.problems));
   std::vector<std::pair<std::string, loadgen::Summary>> alternatives;
   if (run->overhead.step_scale > 0) {
@@ -646,8 +668,8 @@ Status Replay(const Context& ctx, fidelity::SimSetup setup, const std::vector<lo
     alternatives.emplace_back("one_ratio", loadgen::Summarize(one_ratio));
     setup.overhead.step_scale = by_size;
     setup.overhead.step_sigma = sigma;
-    ASSIGN_OR_RETURN(auto no_level, fidelity::SimulatePlan(setup, plan, *ctx.problems));
-    alternatives.emplace_back("no_level", loadgen::Summarize(no_level));
+    ASSIGN_OR_RETURN(auto no_level, pooled(setup));
+    alternatives.emplace_back("no_level", no_level);
     // The model: the ratio by size, times the level of the half second the step starts in,
     // times independent noise for the scatter the level does not hold.
     const double level_sigma = fidelity::StepLevelFrom(run->gauges, &by_size);
@@ -655,9 +677,9 @@ Status Replay(const Context& ctx, fidelity::SimSetup setup, const std::vector<lo
     overhead.step_sigma = std::sqrt(std::max(0.0, sigma * sigma - level_sigma * level_sigma));
   }
   setup.overhead = overhead;
-  ASSIGN_OR_RETURN(auto with, fidelity::SimulatePlan(setup, plan, *ctx.problems));
-  run->fidelity = fidelity::Compare(run->summary, loadgen::Summarize(with), loadgen::Summarize(bare), overhead,
-                                    alternatives);
+  ASSIGN_OR_RETURN(auto with, fidelity::SimulatePlan(setup, plan, *ctx.problems));  // the first draw
+  ASSIGN_OR_RETURN(loadgen::Summary with_summary, pooled(setup));
+  run->fidelity = fidelity::Compare(run->summary, with_summary, loadgen::Summarize(bare), overhead, alternatives);
   run->simulated = std::move(with);
   run->has_fidelity = true;
   return Status::Ok();
@@ -882,6 +904,9 @@ CLI::App* AddBenchServeCommand(CLI::App& app, BenchServeArgs* a) {
   b->add_option("--fidelity-probes", a->fidelity_probes,
                 "--fidelity: solo requests before each run that measure the overhead the profile leaves out")
       ->check(CLI::Range(1, 10000));
+  b->add_option("--fidelity-draws", a->fidelity_draws,
+                "--fidelity: replays of each run with different step-time noise, pooled (default 5)")
+      ->check(CLI::Range(1, 100));
   return b;
 }
 
@@ -898,6 +923,8 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
                                        "policy): it excludes --url"));
   if (cmd.count("--fidelity-probes") && !a.fidelity)
     return ReportError(InvalidArgument("--fidelity-probes applies only with --fidelity"));
+  if (cmd.count("--fidelity-draws") && !a.fidelity)
+    return ReportError(InvalidArgument("--fidelity-draws applies only with --fidelity"));
   if (a.fidelity && a.policies.empty()) a.policies = {"tediserve"};
   if (!a.policies.empty() && cmd.count("--url"))
     return ReportError(InvalidArgument("--url and --policies exclude each other (--policies starts its own servers)"));

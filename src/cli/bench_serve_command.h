@@ -51,6 +51,9 @@ struct BenchServeArgs {
   // --fidelity: after each live run, the simulator replays the same plan (cli/fidelity.h).
   bool fidelity = false;
   int fidelity_probes = 40;  // solo requests before each run that measure the live path's overhead
+  // Replays of each run with different step-time noise, pooled: the simulator's prediction is
+  // its mean over its own randomness, not one draw of it.
+  int fidelity_draws = 5;
 };
 
 CLI::App* AddBenchServeCommand(CLI::App& app, BenchServeArgs* args);

@@ -254,6 +254,7 @@ StatusOr<std::vector<loadgen::RequestResult>> SimulatePlan(const SimSetup& setup
     so.truth_profile = &*truth;
   }
   so.step_time_sigma = setup.overhead.step_sigma;
+  so.seed = setup.seed;
   if (!setup.overhead.step_scale.level.empty()) {
     const StepScale scale = setup.overhead.step_scale;
     so.step_time_factor = [scale](policy::Seconds t) { return scale.LevelAt(t); };

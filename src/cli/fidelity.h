@@ -106,6 +106,7 @@ struct SimSetup {
   int max_live = 256;          // serve --max-queue (requests over it are rejected)
   double slo_scale = 10;       // serve --slo-scale (requests the plan sent without an SLO)
   double tick_s = 0.005;       // the simulator's housekeeping tick (the live loop ticks when due)
+  uint64_t seed = 1;           // the simulator's random stream (the step-time noise)
   Overhead overhead;           // zero: the bare profile
 };
 

@@ -343,6 +343,8 @@ TEST(BenchServeTest, BadFlagsAreClearErrors) {
       {{"bench-serve", "--rate", "2", "--requests", "5", "--fidelity", "--url", "http://127.0.0.1:1"},
        "--fidelity starts its own servers"},
       {{"bench-serve", "--rate", "2", "--requests", "5", "--fidelity-probes", "3"}, "applies only with --fidelity"},
+      {{"bench-serve", "--rate", "2", "--requests", "5", "--fidelity-draws", "3"}, "applies only with --fidelity"},
+      {{"bench-serve", "--rate", "2", "--requests", "5", "--fidelity", "--fidelity-draws", "0"}, "--fidelity-draws"},
       {{"bench-serve", "--rate", "2", "--requests", "5", "--fidelity", "--fidelity-probes", "0"}, "--fidelity-probes"},
       {{"bench-serve", "--rate", "2", "--requests", "5", "--fidelity", "--serve-arg", "--profile", "--serve-arg", "x.csv"},
        "give --profile to bench-serve itself"},
