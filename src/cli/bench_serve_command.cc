@@ -635,12 +635,15 @@ Status Replay(const Context& ctx, fidelity::SimSetup setup, const std::vector<lo
   // With step-time noise, the replay `draws` times with different noise, every draw's
   // requests pooled: attainment and mean latency are then the means over the draws.
   const int draws = std::max(1, ctx.args->fidelity_draws);
-  auto pooled = [&](const fidelity::SimSetup& s) -> StatusOr<loadgen::Summary> {
+  // `first`, when given, receives the first draw's requests (the per-request JSON).
+  auto pooled = [&](const fidelity::SimSetup& s,
+                    std::vector<loadgen::RequestResult>* first = nullptr) -> StatusOr<loadgen::Summary> {
     std::vector<loadgen::RequestResult> all;
     for (int k = 0; k < (s.overhead.step_sigma > 0 ? draws : 1); ++k) {
       fidelity::SimSetup sk = s;
       sk.seed = s.seed + static_cast<uint64_t>(k);
       ASSIGN_OR_RETURN(auto one, fidelity::SimulatePlan(sk, plan, *ctx.problems));
+      if (k == 0 && first != nullptr) *first = one;
       all.insert(all.end(), one.begin(), one.end());
     }
     // Rates and shares are means over the draws; counts and per-second figures per draw.
@@ -677,8 +680,8 @@ Status Replay(const Context& ctx, fidelity::SimSetup setup, const std::vector<lo
     overhead.step_sigma = std::sqrt(std::max(0.0, sigma * sigma - level_sigma * level_sigma));
   }
   setup.overhead = overhead;
-  ASSIGN_OR_RETURN(auto with, fidelity::SimulatePlan(setup, plan, *ctx.problems));  // the first draw
-  ASSIGN_OR_RETURN(loadgen::Summary with_summary, pooled(setup));
+  std::vector<loadgen::RequestResult> with;  // the first draw
+  ASSIGN_OR_RETURN(loadgen::Summary with_summary, pooled(setup, &with));
   run->fidelity = fidelity::Compare(run->summary, with_summary, loadgen::Summarize(bare), overhead, alternatives);
   run->simulated = std::move(with);
   run->has_fidelity = true;
