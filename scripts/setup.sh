@@ -10,8 +10,9 @@ PACKAGES=(build-essential cmake ninja-build pkg-config libopenblas-dev nlohmann-
           libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libcpp-httplib-dev
           libcli11-dev libgtest-dev libgmock-dev libyaml-cpp-dev gnuplot-nox libicu-dev libpcre2-dev libglpk-dev
           libxgboost-dev xgboost nodejs)
-# The tests also lint /metrics with promtool (Debian's prometheus package).
-[ "${1:-}" = test ] && PACKAGES+=(prometheus)
+# The tests also lint /metrics with promtool (Debian's prometheus package) and make TLS
+# certificates with the openssl command.
+[ "${1:-}" = test ] && PACKAGES+=(prometheus openssl)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -66,6 +66,15 @@ std::string ModelFile(const std::string& model_dir, const std::string& own, cons
 
 }  // namespace
 
+// --tls-cert / --tls-key / --tls-ca (serve/tls.h): the same three on serve, agent and worker.
+static void AddTlsOptions(CLI::App* app, std::string* cert, std::string* key, std::string* ca) {
+  app->add_option("--tls-cert", *cert,
+                  "mutual TLS between scheduler, agents and workers: this process's certificate (PEM); it must "
+                  "name the address others dial (subjectAltName)");
+  app->add_option("--tls-key", *key, "mutual TLS: the private key of --tls-cert (PEM)");
+  app->add_option("--tls-ca", *ca, "mutual TLS: the CA certificate every peer's certificate must chain to (PEM)");
+}
+
 CLI::App* AddServeCommand(CLI::App& app, ServeArgs* a) {
   a->model_dir = DefaultModelDir(kServeModel);
   CLI::App* s = app.add_subcommand("serve", "serve a model over an OpenAI-compatible HTTP API");
@@ -122,6 +131,7 @@ CLI::App* AddServeCommand(CLI::App& app, ServeArgs* a) {
       ->check(CLI::Range(0, 1 << 20))
       ->needs(rc);
   // Read by ExpandServeConfig before parsing; declared here for --help and so it parses.
+  AddTlsOptions(s, &a->tls_cert, &a->tls_key, &a->tls_ca);
   s->add_option("--config", a->config,
                 "read options from this TOML file (key = value, keys: the long flags without --); flags win");
   return s;
@@ -136,6 +146,7 @@ CLI::App* AddAgentCommand(CLI::App& app, AgentArgs* a) {
   g->add_option("--worker-host", a->worker_host, "address its workers listen on; the scheduler must reach it");
   g->add_option("--retry-seconds", a->retry_s, "pause between attempts to join")->check(CLI::Range(0.01, 3600.0));
   g->add_flag("--exit-on-stdin-eof", a->exit_on_stdin_eof, "exit when stdin closes (set by serve's local agent)");
+  AddTlsOptions(g, &a->tls_cert, &a->tls_key, &a->tls_ca);
   return g;
 }
 
@@ -151,6 +162,7 @@ int RunAgent(const AgentArgs& a) {
     return ReportError(NotFound("--model " + o.model_dir + ": no such folder"));
   o.worker_host = a.worker_host;
   o.retry_s = a.retry_s;
+  o.tls = {a.tls_cert, a.tls_key, a.tls_ca};
   if (const char* t = std::getenv("TEDISERVE_CLUSTER_TOKEN")) o.token = t;
   Status s = serve::RunAgent(o, a.exit_on_stdin_eof);
   return s.ok() ? 0 : ReportError(s);
@@ -164,6 +176,7 @@ CLI::App* AddWorkerCommand(CLI::App& app, WorkerArgs* a) {
   w->add_option("--listen", a->listen, "HOST:PORT to listen on (port 0: any)");
   w->add_option("--cores", a->cores, "pin to these cores, e.g. 0,1");
   w->add_flag("--exit-on-stdin-eof", a->exit_on_stdin_eof, "exit when stdin closes (set by the launcher)");
+  AddTlsOptions(w, &a->tls_cert, &a->tls_key, &a->tls_ca);
   return w;
 }
 
@@ -175,6 +188,7 @@ int RunWorker(const WorkerArgs& a) {
   o.tp = a.tp;
   o.listen = a.listen;
   o.cores = *cores;
+  o.tls = {a.tls_cert, a.tls_key, a.tls_ca};
   if (const char* t = std::getenv("TEDISERVE_WORKER_TOKEN")) o.token = t;
   Status s = serve::RunWorker(o, a.exit_on_stdin_eof);
   return s.ok() ? 0 : ReportError(s);
@@ -271,6 +285,7 @@ int RunServe(const ServeArgs& a) {
   ro.local_agent = !a.no_local_agent;
   ro.agent_listen = a.agent_listen;
   ro.agent_wait_s = a.agent_wait_s;
+  ro.tls = {a.tls_cert, a.tls_key, a.tls_ca};
   // Agents and workers accept only this scheduler: the operator's secret, or a fresh one per
   // run when every agent is local.
   if (const char* t = std::getenv("TEDISERVE_CLUSTER_TOKEN"); t != nullptr && *t != 0) {

@@ -44,6 +44,7 @@ struct ServeArgs {
   std::string reconfigure_tp;         // candidate degrees, e.g. "1,2" (default: the profile's)
   int reconfigure_prompt_round = 32;
   int reconfigure_output_round = 0;   // 0: the block size
+  std::string tls_cert, tls_key, tls_ca;  // mutual TLS with agents and workers (serve/tls.h)
 };
 
 // `serve --config FILE`: the file's `key = value` lines (TOML; keys are the long flag names
@@ -61,6 +62,7 @@ struct AgentArgs {
   std::string worker_host = "127.0.0.1";
   double retry_s = 1;
   bool exit_on_stdin_eof = false;
+  std::string tls_cert, tls_key, tls_ca;
 };
 
 struct WorkerArgs {
@@ -69,6 +71,7 @@ struct WorkerArgs {
   std::string listen = "127.0.0.1:0";
   std::string cores;
   bool exit_on_stdin_eof = false;
+  std::string tls_cert, tls_key, tls_ca;
 };
 
 CLI::App* AddServeCommand(CLI::App& app, ServeArgs* args);

@@ -27,7 +27,8 @@ using Stream = grpc::ClientReaderWriter<rpc::AgentEvent, rpc::AgentCommand>;
 
 class Agent {
  public:
-  explicit Agent(AgentOptions o) : o_(std::move(o)) {}
+  Agent(AgentOptions o, std::shared_ptr<grpc::ChannelCredentials> credentials)
+      : o_(std::move(o)), credentials_(std::move(credentials)) {}
 
   Status Run() {
     std::thread monitor([this] { Monitor(); });
@@ -80,7 +81,7 @@ class Agent {
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, backoff_ms);
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, backoff_ms);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, std::max(backoff_ms, 1000));
-    auto channel = grpc::CreateCustomChannel(o_.join, grpc::InsecureChannelCredentials(), args);
+    auto channel = grpc::CreateCustomChannel(o_.join, credentials_, args);
     auto stub = rpc::Scheduler::NewStub(channel);
     grpc::ClientContext ctx;
     if (!o_.token.empty()) ctx.AddMetadata("authorization", "Bearer " + o_.token);
@@ -175,6 +176,7 @@ class Agent {
     wl.cores = cores;
     wl.token = o_.token;
     wl.host = o_.worker_host;
+    wl.tls = o_.tls;
     StatusOr<ChildProcess> c = wl.model_dir.empty() ? StatusOr<ChildProcess>(InvalidArgument("no model folder"))
                                                     : LaunchWorker(wl);
     if (!c.ok()) {
@@ -238,6 +240,7 @@ class Agent {
   }
 
   AgentOptions o_;
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;  // TLS to the scheduler, or none
   std::mutex mu_;  // stop_, ctx_, workers_
   std::condition_variable cv_;
   bool stop_ = false;
@@ -272,13 +275,15 @@ Status RunAgent(AgentOptions o, bool exit_on_stdin_eof) {
   if (o.cores.size() > 4096) return InvalidArgument("--cores: at most 4096 devices");
   if (o.exe.empty()) o.exe = SelfExe();
   if (!(o.retry_s > 0)) return InvalidArgument("--retry-seconds must be > 0");
+  ASSIGN_OR_RETURN(const Tls tls, Tls::Load(o.tls));
+  o.tls = tls.files();  // absolute paths, for the workers it starts
 
   sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGTERM);
   sigaddset(&sigs, SIGINT);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  Agent agent(o);
+  Agent agent(o, tls.ChannelCredentials());
   std::thread signals([&] {
     int sig = 0;
     sigwait(&sigs, &sig);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "serve/tls.h"
 
 namespace tediserve::serve {
 
@@ -21,6 +22,7 @@ struct AgentOptions {
   std::string model_dir;     // the model its workers load (default: the scheduler's folder)
   std::string worker_host = "127.0.0.1";  // workers listen here; the scheduler must reach it
   std::string token;         // shared with the scheduler; also given to the workers
+  TlsFiles tls;              // mutual TLS with the scheduler; also given to the workers
   std::string exe;           // the tediserve binary (default: this one)
   double retry_s = 1;        // pause between attempts to (re)join
 };

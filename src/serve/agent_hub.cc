@@ -185,6 +185,7 @@ class AgentHub::Service final : public rpc::Scheduler::Service {
 };
 
 StatusOr<std::unique_ptr<AgentHub>> AgentHub::Start(const std::string& listen, const std::string& token,
+                                                    std::shared_ptr<grpc::ServerCredentials> credentials,
                                                     Callbacks callbacks) {
   const size_t colon = listen.rfind(':');
   if (colon == std::string::npos || colon == 0) return InvalidArgument("agent address must be host:port");
@@ -193,7 +194,7 @@ StatusOr<std::unique_ptr<AgentHub>> AgentHub::Start(const std::string& listen, c
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port in use is an error, not shared
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, std::move(credentials), &port);
   builder.RegisterService(hub->service_.get());
   builder.SetMaxReceiveMessageSize(1 << 20);
   hub->server_ = builder.BuildAndStart();

@@ -36,7 +36,9 @@ class AgentHub {
   };
 
   // Listens on `listen` (host:port, port 0: any free one). Agents must present `token`.
+  // `credentials`: TLS (Tls::ServerCredentials) or none.
   static StatusOr<std::unique_ptr<AgentHub>> Start(const std::string& listen, const std::string& token,
+                                                   std::shared_ptr<grpc::ServerCredentials> credentials,
                                                    Callbacks callbacks);
   ~AgentHub();
 

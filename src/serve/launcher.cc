@@ -116,6 +116,7 @@ StatusOr<ChildProcess> LaunchWorker(const WorkerLaunch& l) {
     args.push_back("--cores");
     args.push_back(JoinInts(l.cores));
   }
+  for (const std::string& a : l.tls.Args()) args.push_back(a);
   ASSIGN_OR_RETURN(ChildProcess c, Spawn(std::move(args), "TEDISERVE_WORKER_TOKEN", l.token,
                                          "tediserve-worker listening on ", l.start_timeout_s,
                                          "worker (tp " + std::to_string(l.tp) + ", cores " + JoinInts(l.cores) + ")"));
@@ -132,6 +133,7 @@ StatusOr<ChildProcess> LaunchAgent(const AgentLaunch& l) {
     args.push_back("--cores");
     args.push_back(JoinInts(l.cores));
   }
+  for (const std::string& a : l.tls.Args()) args.push_back(a);
   return Spawn(std::move(args), "TEDISERVE_CLUSTER_TOKEN", l.token, "tediserve-agent joined ", l.start_timeout_s,
                "local agent");
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "serve/tls.h"
 
 namespace tediserve::serve {
 
@@ -26,6 +27,7 @@ struct WorkerLaunch {
   std::vector<int> cores;  // one per TP shard
   std::string token;       // passed in the environment, not on the command line
   std::string host = "127.0.0.1";  // the address it listens on (port: any free one)
+  TlsFiles tls;
   double start_timeout_s = 120;
 };
 
@@ -40,6 +42,7 @@ struct AgentLaunch {
   std::vector<int> cores;  // the devices it hands out
   std::string node;        // its node name
   std::string token;       // passed in the environment
+  TlsFiles tls;
   double start_timeout_s = 30;
 };
 

@@ -98,6 +98,8 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(RuntimeOptions o) {
   if (o.max_live < 1) return InvalidArgument("--max-queue must be >= 1");
   if (!(o.slo_scale > 0) || !std::isfinite(o.slo_scale)) return InvalidArgument("--slo-scale must be > 0");
   if (o.worker_exe.empty()) o.worker_exe = SelfExe();
+  ASSIGN_OR_RETURN(Tls tls, Tls::Load(o.tls));
+  o.tls = tls.files();  // absolute paths, for the local agent
   if (!(o.agent_wait_s >= 0) || o.agent_wait_s > 3600) return InvalidArgument("--agent-wait must be in [0, 3600] s");
   {
     std::error_code ec;
@@ -147,6 +149,7 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(RuntimeOptions o) {
   const sim::Calibration c = *cal;
   ho.accuracy = [c](double t) { return c.AccuracyAt(t); };
   rt->options_ = o;
+  rt->tls_ = std::move(tls);
   rt->DeclareMetrics();
 
   // Agents: the local one (this machine's cores) and any that join from elsewhere. Their
@@ -160,9 +163,9 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(RuntimeOptions o) {
   cb.worker_exited = [r](const std::string& node, int64_t pid, const std::string& why) {
     r->Post([r, node, pid, why] { r->OnWorkerExited(node, pid, why); });
   };
-  ASSIGN_OR_RETURN(rt->hub_, AgentHub::Start(o.agent_listen, o.cluster_token, std::move(cb)));
+  ASSIGN_OR_RETURN(rt->hub_, AgentHub::Start(o.agent_listen, o.cluster_token, rt->tls_.ServerCredentials(), std::move(cb)));
   if (o.local_agent) {
-    AgentLaunch al{o.worker_exe, LocalJoinAddress(rt->hub_->address()), "", o.cores, kLocalNode, o.cluster_token};
+    AgentLaunch al{o.worker_exe, LocalJoinAddress(rt->hub_->address()), "", o.cores, kLocalNode, o.cluster_token, o.tls};
     auto agent = LaunchAgent(al);
     if (!agent.ok()) return agent.status().WithContext("starting the local agent");
     rt->local_agent_ = *agent;
@@ -778,7 +781,7 @@ StatusOr<Runtime::Started> Runtime::LaunchAndConnect(const std::string& node, co
                    hub_->StartWorker(node, info.tp, info.devices, options_.model_dir, kWorkerStartTimeout));
   const policy::InstanceId id = info.id;
   auto c = WorkerClient::Connect(
-      w.address, options_.cluster_token, 30,
+      w.address, options_.cluster_token, tls_.ChannelCredentials(), 30,
       [this](rpc::BatchResult res) { Post([this, res = std::move(res)]() mutable { OnResult(std::move(res)); }); },
       [this, id, generation](const std::string& why) {
         Post([this, id, generation, why] { OnWorkerLost(id, generation, why); });
@@ -860,7 +863,7 @@ void Runtime::RestartLocalAgent() {
   local_agent_starting_ = true;
   StopChild(&local_agent_, 0);  // reaps it
   AgentLaunch al{options_.worker_exe, LocalJoinAddress(hub_->address()), "", options_.cores, kLocalNode,
-                 options_.cluster_token};
+                 options_.cluster_token, options_.tls};
   starters_.emplace_back([this, al] {
     StatusOr<ChildProcess> c = LaunchAgent(al);
     Post([this, c]() mutable {

@@ -47,6 +47,7 @@ struct RuntimeOptions {
   int max_live = 256;             // admission limit: live requests (queue full -> 429)
   bool use_cache = true;
   std::string cluster_token;      // shared secret between the scheduler, its agents and workers
+  TlsFiles tls;                   // mutual TLS on those links (off: none); see serve/tls.h
   double step_timeout_s = 30;     // a batch unanswered this long fails its worker
   bool restart_workers = true;    // a failed worker is started again on the same cores
   // Called on the loop thread for each request the core accepted, with the SLO it was given
@@ -206,6 +207,7 @@ class Runtime {
   void DeclareMetrics();
 
   RuntimeOptions options_;
+  Tls tls_;  // options_.tls, loaded
   std::unique_ptr<AgentHub> hub_;
   ChildProcess local_agent_;        // loop thread once started
   int local_agent_restarts_ = 0;

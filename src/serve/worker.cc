@@ -162,6 +162,7 @@ Status RunWorker(const WorkerOptions& options, bool exit_on_stdin_eof) {
   sigaddset(&sigs, SIGINT);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
+  ASSIGN_OR_RETURN(const Tls tls, Tls::Load(options.tls));
   ASSIGN_OR_RETURN(engine::LoadedModel m, engine::LoadModel(options.model_dir));
   auto model = std::make_shared<const engine::LoadedModel>(std::move(m));
   ASSIGN_OR_RETURN(auto engine, engine::DiffusionEngine::Create(model, options.tp));
@@ -171,7 +172,7 @@ Status RunWorker(const WorkerOptions& options, bool exit_on_stdin_eof) {
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port in use is an error, not shared
   int port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options.listen, tls.ServerCredentials(), &port);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(64 << 20);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "serve/tls.h"
 
 namespace tediserve::serve {
 
@@ -15,6 +16,7 @@ struct WorkerOptions {
   std::string listen = "127.0.0.1:0";  // port 0: pick a free one
   std::vector<int> cores;              // pin the process to these cores (empty: no pinning)
   std::string token;                   // required bearer token (empty: none)
+  TlsFiles tls;                        // mutual TLS with the scheduler (off: none)
   // Printed once listening, as "tediserve-worker listening on HOST:PORT" on stdout, which the
   // launcher reads to learn the port.
 };

@@ -5,12 +5,13 @@
 namespace tediserve::serve {
 
 StatusOr<std::unique_ptr<WorkerClient>> WorkerClient::Connect(const std::string& address, const std::string& token,
+                                                              std::shared_ptr<grpc::ChannelCredentials> credentials,
                                                               double timeout_s, ResultFn on_result,
                                                               ClosedFn on_closed) {
   std::unique_ptr<WorkerClient> c(new WorkerClient());
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
-  c->channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  c->channel_ = grpc::CreateCustomChannel(address, std::move(credentials), args);
   const auto deadline = std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::milliseconds>(
                                                                 std::chrono::duration<double>(timeout_s));
   if (!c->channel_->WaitForConnected(deadline)) return Unavailable("worker at " + address + " does not answer");

@@ -27,7 +27,9 @@ class WorkerClient {
   using ClosedFn = std::function<void(const std::string& why)>;
 
   // Connects, opens the stream and waits for the worker's Ready (at most timeout_s).
+  // `credentials`: TLS (Tls::ChannelCredentials) or none.
   static StatusOr<std::unique_ptr<WorkerClient>> Connect(const std::string& address, const std::string& token,
+                                                         std::shared_ptr<grpc::ChannelCredentials> credentials,
                                                          double timeout_s, ResultFn on_result, ClosedFn on_closed);
   ~WorkerClient();
 

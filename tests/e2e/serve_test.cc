@@ -476,6 +476,79 @@ TEST(ServeTest, AgentsOnSeveralLoopbackAddressesJoinAndSurviveAKill) {
   fs::remove_all(logs);
 }
 
+// Runs a shell command; true when it exits 0.
+bool Sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
+
+// A CA and a certificate it signs for the loopback addresses the test dials (PEM files in
+// `dir`: NAME-ca.pem, NAME.pem, NAME.key), made with the openssl command.
+bool MakeCertificates(const fs::path& dir, const std::string& name) {
+  const std::string d = dir.string() + "/" + name;
+  {
+    std::ofstream ext(d + ".ext");
+    ext << "subjectAltName=IP:127.0.0.1,DNS:localhost\n";
+    if (!ext) return false;
+  }
+  return Sh("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=" + name + "-ca -keyout " + d + "-ca.key -out " +
+            d + "-ca.pem") &&
+         Sh("openssl req -newkey rsa:2048 -nodes -subj /CN=" + name + " -keyout " + d + ".key -out " + d + ".csr") &&
+         Sh("openssl x509 -req -days 2 -in " + d + ".csr -CA " + d + "-ca.pem -CAkey " + d + "-ca.key -CAcreateserial -out " +
+            d + ".pem -extfile " + d + ".ext");
+}
+
+// serve --tls-*: the scheduler, its local agent and the workers talk mutual TLS, and answer;
+// an agent without TLS, or with a certificate of another CA, does not get in; half the TLS
+// flags, or a file that is not PEM, are a clear error.
+TEST(ServeTest, TlsLinksAdmitOnlyCertificatesOfTheCa) {
+  const fs::path dir = fs::temp_directory_path() / ("tedi_tls_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  ASSERT_TRUE(MakeCertificates(dir, "cluster") && MakeCertificates(dir, "rogue")) << "needs the openssl command";
+  const std::string cert = (dir / "cluster.pem").string(), key = (dir / "cluster.key").string(),
+                    ca = (dir / "cluster-ca.pem").string();
+  const std::string join = "127.0.0.1:" + std::to_string(FreePort());
+  setenv("TEDISERVE_CLUSTER_TOKEN", "serve-test-tls-secret", 1);
+  {
+    Server s({"--tls-cert", cert, "--tls-key", key, "--tls-ca", ca, "--agent-listen", join});
+    ASSERT_GT(s.port(), 0) << s.Log();
+    json h = WaitHealthy(s, 2, 30);
+    ASSERT_EQ(h.value("instances_up", -1), 2) << h.dump() << s.Log();
+    int status = 0;
+    json r = Post(s, "/v1/completions", {{"prompt", "48+39="}, {"slo_ms", 10000}}, &status);
+    EXPECT_EQ(status, 200) << r.dump();
+    EXPECT_TRUE(r["choices"][0]["text"].is_string()) << r.dump();
+    // Two agents that must not get in: one without TLS, one whose certificate another CA signed.
+    const std::vector<std::vector<std::string>> intruders = {
+        {TEDISERVE_BIN, "agent", "--join", join, "--node", "plain", "--cores", "0", "--retry-seconds", "0.2"},
+        {TEDISERVE_BIN, "agent", "--join", join, "--node", "rogue", "--cores", "0", "--retry-seconds", "0.2",
+         "--tls-cert", (dir / "rogue.pem").string(), "--tls-key", (dir / "rogue.key").string(), "--tls-ca", ca}};
+    for (size_t k = 0; k < intruders.size(); ++k) {
+      const std::string log = (dir / ("intruder" + std::to_string(k) + ".log")).string();
+      const pid_t p = Spawn(intruders[k], log);
+      std::this_thread::sleep_for(std::chrono::seconds(3));
+      auto res = s.Client().Get("/health");
+      ASSERT_TRUE(res);
+      h = json::parse(res->body, nullptr, false);
+      EXPECT_EQ(h["agents"].size(), 1u) << intruders[k][5] << ": " << h.dump();
+      kill(p, SIGTERM);
+      waitpid(p, nullptr, 0);
+      std::ifstream f(log);
+      const std::string text((std::istreambuf_iterator<char>(f)), {});
+      EXPECT_NE(text.find("cannot join"), std::string::npos) << intruders[k][5] << ": " << text;
+    }
+    r = Post(s, "/v1/completions", {{"prompt", "12+30="}, {"slo_ms", 10000}}, &status);
+    EXPECT_EQ(status, 200) << r.dump();
+  }
+  unsetenv("TEDISERVE_CLUSTER_TOKEN");
+  for (std::vector<std::string> extra : {std::vector<std::string>{"--tls-cert", cert},
+                                         std::vector<std::string>{"--tls-cert", cert, "--tls-key", key, "--tls-ca", key}}) {
+    Server s(extra);
+    int st = -1;
+    ASSERT_TRUE(s.WaitExit(30, &st));
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 2) << s.Log();
+    EXPECT_NE(s.Log().find("--tls-"), std::string::npos) << s.Log();
+  }
+  fs::remove_all(dir);
+}
+
 // The instances now in the layout (GET /admin/layout): "tp:state" of each, sorted.
 std::vector<std::string> LayoutOf(const Server& s) {
   auto r = s.Client().Get("/admin/layout");
