@@ -584,6 +584,12 @@ void PrintTable(const std::vector<RunResult>& runs, double target) {
                 "requests (%.0f%% of batches > 4, %.0f%% > 8)\n",
                 tag.c_str(), o.policy_ms_per_step, o.step_ms, 100 * o.overhead, 100 * o.wall_overhead,
                 100 * o.loop_overhead, o.batches, o.mean_batch, 100 * o.batches_over_4, 100 * o.batches_over_8);
+    const double legs = o.to_worker_s + o.in_worker_s + o.from_worker_s + o.to_loop_s;
+    if (legs > 0)
+      std::printf("  %-24s per batch besides the engine's %.3f ms: %.3f ms (to the worker %.3f, in it %.3f, back %.3f, "
+                  "to the loop %.3f)\n",
+                  "", o.step_ms, 1000 * legs / o.batches, 1000 * o.to_worker_s / o.batches, 1000 * o.in_worker_s / o.batches,
+                  1000 * o.from_worker_s / o.batches, 1000 * o.to_loop_s / o.batches);
   }
   // Repeated rounds: the mean of each policy and rate.
   const std::vector<loadgen::Aggregate> agg = Aggregates(runs);

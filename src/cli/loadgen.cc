@@ -533,6 +533,10 @@ Overhead OverheadBetween(const std::map<std::string, double>& before, const std:
   o.step_profile_s = d("tediserve_step_profile_seconds_total");
   if (o.step_elapsed_s > 0 && o.step_profile_s > 0) o.step_scale = o.step_elapsed_s / o.step_profile_s;
   o.step_sizes = StepSizesBetween(before, after);
+  o.to_worker_s = d("tediserve_step_overhead_seconds_total{leg=\"to_worker\"}");
+  o.in_worker_s = d("tediserve_step_overhead_seconds_total{leg=\"worker\"}");
+  o.from_worker_s = d("tediserve_step_overhead_seconds_total{leg=\"from_worker\"}");
+  o.to_loop_s = d("tediserve_step_overhead_seconds_total{leg=\"loop\"}");
   o.valid = has_sched && has_step && o.batches > 0 && o.step_s > 0;
   if (o.valid) {
     o.policy_ms_per_step = 1000 * o.scheduler_s / o.batches;
@@ -564,6 +568,8 @@ json ToJson(const Overhead& o) {
           {"step_elapsed_s", o.step_elapsed_s},
           {"step_profile_s", o.step_profile_s},
           {"step_scale", o.step_scale},
+          {"overhead_legs_s",
+           {{"to_worker", o.to_worker_s}, {"worker", o.in_worker_s}, {"from_worker", o.from_worker_s}, {"loop", o.to_loop_s}}},
           {"step_sizes", [&] {
              json a = json::array();
              for (const StepSizeClass& c : o.step_sizes)

@@ -209,6 +209,10 @@ struct Overhead {
   double step_elapsed_s = 0, step_profile_s = 0, step_scale = 0;
   // The same by batch size, bounds ascending (empty if the server has no such series).
   std::vector<StepSizeClass> step_sizes;
+  // Launch to result besides the engine's time, by leg (tediserve_step_overhead_seconds_total;
+  // workers on the server's machine; 0 if absent): to the worker, in the worker, back, in
+  // the server's loop.
+  double to_worker_s = 0, in_worker_s = 0, from_worker_s = 0, to_loop_s = 0;
   bool valid = false;             // both scrapes had the series and some batches ran
 };
 Overhead OverheadBetween(const std::map<std::string, double>& before, const std::map<std::string, double>& after);

@@ -344,7 +344,11 @@ TEST(LoadgenMetrics, ParsesPrometheusAndComputesTheOverhead) {
       "tediserve_step_size_batches_total{tokens_max=\"64\"} 996\ntediserve_step_size_tokens_total{tokens_max=\"64\"} 40000\n"
       "tediserve_step_size_profile_seconds_total{tokens_max=\"64\"} 18\n"
       "tediserve_step_size_elapsed_seconds_total{tokens_max=\"64\"} 37\n"
-      "tediserve_step_size_batches_total{tokens_max=\"16\"} 0\n";
+      "tediserve_step_size_batches_total{tokens_max=\"16\"} 0\n"
+      "tediserve_step_overhead_seconds_total{leg=\"to_worker\"} 0.2\n"
+      "tediserve_step_overhead_seconds_total{leg=\"worker\"} 0.01\n"
+      "tediserve_step_overhead_seconds_total{leg=\"from_worker\"} 0.3\n"
+      "tediserve_step_overhead_seconds_total{leg=\"loop\"} 0.1\n";
   auto b = ParsePrometheus(before);
   auto a = ParsePrometheus(after);
   ASSERT_TRUE(b.ok() && a.ok());
@@ -371,6 +375,12 @@ TEST(LoadgenMetrics, ParsesPrometheusAndComputesTheOverhead) {
   EXPECT_DOUBLE_EQ(o.step_sizes[0].elapsed_s, 37);
   EXPECT_TRUE(std::isinf(o.step_sizes[1].tokens_max));
   EXPECT_DOUBLE_EQ(o.step_sizes[1].elapsed_s, 8);
+  // The legs of launch to result besides the engine (absent before: from 0).
+  EXPECT_DOUBLE_EQ(o.to_worker_s, 0.2);
+  EXPECT_DOUBLE_EQ(o.in_worker_s, 0.01);
+  EXPECT_DOUBLE_EQ(o.from_worker_s, 0.3);
+  EXPECT_DOUBLE_EQ(o.to_loop_s, 0.1);
+  EXPECT_EQ(OverheadBetween(*a, *a).to_worker_s, 0);
   EXPECT_TRUE(OverheadBetween(*a, *a).step_sizes.empty());
   EXPECT_EQ(OverheadBetween(*a, *a).step_scale, 0);  // nothing ran between: not measured
   EXPECT_FALSE(OverheadBetween(*b, *b).valid);

@@ -414,6 +414,12 @@ void Runtime::DeclareMetrics() {
   // step times scatter around the class's mean (a replay's step-time noise).
   m.Counter("tediserve_step_size_ratio_total", "Sum over the same batches of launch to result / profile time.");
   m.Counter("tediserve_step_size_ratio_squares_total", "Sum of the squares of the same ratios.");
+  // Where launch to result goes besides the engine, for workers on this machine (their clock
+  // is ours): leg to_worker (queueing, serialising, gRPC, the worker reading it), worker (the
+  // worker's own handling besides the engine's step), from_worker (gRPC back to our reader),
+  // loop (from the reader to the loop handling the result).
+  m.Counter("tediserve_step_overhead_seconds_total",
+            "Launch to result time besides the engine's, by leg, for step batches of workers on this machine.");
   m.Gauge("tediserve_step_time_scale",
           "Measured step time over the latency profile's, per instance (the default policy prices steps by it).");
   m.Counter("tediserve_migrations_total", "Requests moved to another instance.");
@@ -609,6 +615,21 @@ void Runtime::Publish(Live& l, bool step) {
   l.channel->cv_.notify_all();
 }
 
+void Runtime::CountOverhead(const rpc::BatchResult& r, double launched, double now) {
+  if (r.worker_received_ns() <= 0 || r.worker_done_ns() <= 0 || r.scheduler_received_ns() <= 0) return;
+  const auto at = [this](int64_t ns) {  // a monotonic time in our Now() terms
+    return std::chrono::duration<double>(std::chrono::nanoseconds(ns) - t0_.time_since_epoch()).count();
+  };
+  const double received = at(r.worker_received_ns()), done = at(r.worker_done_ns()),
+               back = at(r.scheduler_received_ns());
+  // A worker on another machine has another clock: its times fall outside the flight.
+  if (!(launched <= received && received <= done && done <= back && back <= now)) return;
+  metrics_.Add("tediserve_step_overhead_seconds_total", received - launched, {{"leg", "to_worker"}});
+  metrics_.Add("tediserve_step_overhead_seconds_total", std::max(0.0, done - received - r.seconds()), {{"leg", "worker"}});
+  metrics_.Add("tediserve_step_overhead_seconds_total", back - done, {{"leg", "from_worker"}});
+  metrics_.Add("tediserve_step_overhead_seconds_total", now - back, {{"leg", "loop"}});
+}
+
 void Runtime::OnResult(rpc::BatchResult r) {
   const double now = Now();
   const auto fit = flights_.find(static_cast<policy::BatchId>(r.batch_id()));
@@ -636,6 +657,7 @@ void Runtime::OnResult(rpc::BatchResult r) {
       for (const auto& c : b->commands) threshold_of[c.id] = c.threshold;
       metrics_.Add("tediserve_step_profile_seconds_total", b->expected_seconds);
       metrics_.Add("tediserve_step_elapsed_seconds_total", now - flight.launched);
+      CountOverhead(r, flight.launched, now);
       const Labels size{{"tokens_max", StepSizeClass(b->tokens)}};
       metrics_.Add("tediserve_step_size_batches_total", 1, size);
       metrics_.Add("tediserve_step_size_tokens_total", b->tokens, size);

@@ -175,6 +175,8 @@ class Runtime {
   };
 
   double Now() const;
+  // Adds a returned batch's launch-to-result time besides the engine's, by leg.
+  void CountOverhead(const rpc::BatchResult& r, double launched, double now);
   void Post(std::function<void()> task);
   void Loop();
   void Absorb(double now);

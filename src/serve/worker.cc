@@ -22,6 +22,11 @@
 namespace tediserve::serve {
 namespace {
 
+int64_t MonotonicNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 void ToProto(const engine::ConfidenceSummary& s, rpc::Confidence* c) {
   c->set_count(s.count);
   c->set_min(s.min);
@@ -62,6 +67,7 @@ class WorkerService final : public rpc::Worker::Service {
       if (!cmd.has_batch()) continue;
       rpc::WorkerEvent ev;
       Handle(cmd.batch(), ev.mutable_result());
+      ev.mutable_result()->set_worker_done_ns(MonotonicNs());
       if (!stream->Write(ev)) break;
     }
     states_.clear();
@@ -71,6 +77,7 @@ class WorkerService final : public rpc::Worker::Service {
  private:
   // Runs one batch. On any error nothing changes and the result carries the message.
   void Handle(const rpc::StepBatch& b, rpc::BatchResult* out) {
+    out->set_worker_received_ns(MonotonicNs());
     out->set_batch_id(b.batch_id());
     for (int64_t id : b.release()) states_.erase(id);
     std::map<int64_t, std::unique_ptr<engine::DecodeState>> fresh;

@@ -37,7 +37,12 @@ WorkerClient::~WorkerClient() { Close(); }
 void WorkerClient::ReadLoop() {
   rpc::WorkerEvent ev;
   while (stream_->Read(&ev)) {
-    if (ev.has_result() && !closing_) on_result_(std::move(*ev.mutable_result()));
+    if (ev.has_result() && !closing_) {
+      ev.mutable_result()->set_scheduler_received_ns(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+              .count());
+      on_result_(std::move(*ev.mutable_result()));
+    }
   }
   grpc::Status s = stream_->Finish();
   if (!closing_) on_closed_(s.ok() ? "the worker closed its stream" : s.error_message());

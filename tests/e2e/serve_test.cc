@@ -679,6 +679,22 @@ TEST(ServeTest, MetricsPassPromtool) {
   for (const char* name : {"tediserve_requests_total", "tediserve_request_latency_seconds_bucket",
                            "tediserve_scheduler_seconds", "tediserve_instances"})
     EXPECT_NE(m->body.find(name), std::string::npos) << name;
+  // The workers run on this machine, so every leg of the steps' round trips was counted, and
+  // together they fit in the launch-to-result time.
+  const auto value = [&](const std::string& series) {  // -1: absent
+    const size_t at = m->body.find("\n" + series + " ");
+    return at == std::string::npos ? -1.0 : std::stod(m->body.substr(at + series.size() + 2));
+  };
+  double legs = 0;
+  for (const std::string leg : {"to_worker", "worker", "from_worker", "loop"}) {
+    const double v = value("tediserve_step_overhead_seconds_total{leg=\"" + leg + "\"}");
+    ASSERT_GE(v, 0) << leg;
+    if (leg != "worker") {
+      EXPECT_GT(v, 0) << leg;
+    }
+    legs += v;
+  }
+  EXPECT_LT(legs + value("tediserve_step_seconds_total"), value("tediserve_step_elapsed_seconds_total") * 1.0001);
 }
 
 // 1,000 streaming requests open at once are all held and answered; 20 clients that hang up
