@@ -21,7 +21,7 @@ BUILD=$ROOT/build-fuzz
 JOBS=${JOBS:-2}
 
 TARGETS=(safetensors checkpoint_index model_config tokenizer tokenizer_encode task_file chat_template experiment trace_csv trace_jsonl step_log predictor
-         calibration latency_profile_csv latency_profile_json completion_request)
+         calibration latency_profile_csv latency_profile_json completion_request tls_files)
 
 max_len() {
   case $1 in
@@ -53,6 +53,7 @@ seeds() {
     latency_profile_csv) find data/profiles "$crashers/profile" -name '*.csv' ;;
     latency_profile_json) find data/profiles "$crashers/profile" -name '*.json' ;;
     completion_request) find "$crashers" -path '*completion*' -type f ;;
+    tls_files) find "$crashers" -path '*tls*' -type f ;;
   esac
 }
 
@@ -92,6 +93,13 @@ extra_seeds() {
       fi ;;
     trace_jsonl) printf '{"arrival_s": 0.0, "prompt_len": 24, "output_len": 32}\n{"arrival_s": 1.5, "prompt_len": 8, "output_len": 8, "slo_s": 2.0}\n' >"$dir/made_0" ;;
     step_log) : ;;
+    tls_files)
+      # a certificate followed by its own key (every check passes), made with openssl
+      if command -v openssl >/dev/null; then
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=seed \
+          -keyout "$dir/made_key" -out "$dir/made_cert" >/dev/null 2>&1 &&
+          cat "$dir/made_cert" "$dir/made_key" >"$dir/made_0" && rm -f "$dir/made_cert" "$dir/made_key"
+      fi ;;
   esac
 }
 

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake ninja-build pkg-config libopenblas-dev nlohmann-json3-dev
-          libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libcpp-httplib-dev
+          libgrpc++-dev libssl-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libcpp-httplib-dev
           libcli11-dev libgtest-dev libgmock-dev libyaml-cpp-dev gnuplot-nox libicu-dev libpcre2-dev libglpk-dev
           libxgboost-dev xgboost nodejs)
 # The tests also lint /metrics with promtool (Debian's prometheus package) and make TLS

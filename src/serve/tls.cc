@@ -1,6 +1,10 @@
 #include "serve/tls.h"
 
 #include <grpcpp/security/server_credentials.h>
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 
 #include <filesystem>
 #include <fstream>
@@ -24,6 +28,42 @@ StatusOr<std::string> ReadPem(const std::string& path, const std::string& flag, 
   return text;
 }
 
+// The first certificate of a PEM text (nullptr: none OpenSSL can read).
+X509* FirstCertificate(const std::string& pem) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  if (bio == nullptr) return nullptr;
+  X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  return cert;
+}
+
+// What gRPC will do with the files, done once here so a bad file is a clear error at start
+// rather than a server that cannot listen: the certificate and the CA parse, the key parses
+// and belongs to the certificate.
+Status CheckPem(const TlsFiles& f, const std::string& cert, const std::string& key, const std::string& ca) {
+  X509* c = FirstCertificate(cert);
+  if (c == nullptr) return InvalidArgument("--tls-cert " + f.cert + ": no certificate OpenSSL can read");
+  X509* a = FirstCertificate(ca);
+  if (a == nullptr) {
+    X509_free(c);
+    return InvalidArgument("--tls-ca " + f.ca + ": no certificate OpenSSL can read");
+  }
+  X509_free(a);
+  BIO* bio = BIO_new_mem_buf(key.data(), static_cast<int>(key.size()));
+  EVP_PKEY* k = bio == nullptr ? nullptr : PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);
+  if (bio != nullptr) BIO_free(bio);
+  Status s = Status::Ok();
+  if (k == nullptr) {
+    s = InvalidArgument("--tls-key " + f.key + ": no private key OpenSSL can read (an encrypted key is not supported)");
+  } else if (X509_check_private_key(c, k) != 1) {
+    s = InvalidArgument("--tls-key " + f.key + " is not the key of --tls-cert " + f.cert);
+  }
+  EVP_PKEY_free(k);
+  X509_free(c);
+  ERR_clear_error();  // OpenSSL's own queue: the message above says it
+  return s;
+}
+
 }  // namespace
 
 std::vector<std::string> TlsFiles::Args() const {
@@ -44,6 +84,7 @@ StatusOr<Tls> Tls::Load(TlsFiles files) {
   ASSIGN_OR_RETURN(t.cert_, ReadPem(files.cert, "--tls-cert", "CERTIFICATE"));
   ASSIGN_OR_RETURN(t.key_, ReadPem(files.key, "--tls-key", "PRIVATE KEY"));
   ASSIGN_OR_RETURN(t.ca_, ReadPem(files.ca, "--tls-ca", "CERTIFICATE"));
+  RETURN_IF_ERROR(CheckPem(files, t.cert_, t.key_, t.ca_));
   t.files_ = std::move(files);
   return t;
 }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <cstdlib>
 #include <fstream>
 
 namespace tediserve::serve {
@@ -13,11 +14,16 @@ namespace fs = std::filesystem;
 
 class TlsTest : public ::testing::Test {
  protected:
+  // Two self-signed certificates with their keys (cert.pem / key.pem, other.pem / other.key),
+  // made with the openssl command (scripts/setup.sh test installs it).
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("tedi_tls_unit_" + std::to_string(getpid()));
     fs::create_directories(dir_);
-    Write("cert.pem", "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n");
-    Write("key.pem", "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n");
+    for (const auto& [cert, key] : {std::pair<std::string, std::string>{"cert.pem", "key.pem"}, {"other.pem", "other.key"}}) {
+      const std::string cmd = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 "
+                              "-subj /CN=tedi -keyout " + P(key) + " -out " + P(cert) + " >/dev/null 2>&1";
+      ASSERT_EQ(std::system(cmd.c_str()), 0) << "needs the openssl command";
+    }
   }
   void TearDown() override { fs::remove_all(dir_); }
   std::string Write(const std::string& name, const std::string& text) {
@@ -67,6 +73,23 @@ TEST_F(TlsTest, FilesAreCheckedAndMadeAbsolute) {
   ASSERT_FALSE(swapped.ok());
   EXPECT_NE(swapped.status().message().find("--tls-cert"), std::string::npos) << swapped.status().message();
   EXPECT_FALSE(Tls::Load({P("cert.pem"), P("cert.pem"), P("cert.pem")}).ok());
+  // PEM armour around something that is not a certificate or key, and a key of another
+  // certificate.
+  const std::string junk_cert = Write("junk.pem", "-----BEGIN CERTIFICATE-----\nZm9vYmFy\n-----END CERTIFICATE-----\n");
+  const std::string junk_key = Write("junk.key", "-----BEGIN PRIVATE KEY-----\nZm9vYmFy\n-----END PRIVATE KEY-----\n");
+  auto bad_cert = Tls::Load({junk_cert, P("key.pem"), P("cert.pem")});
+  ASSERT_FALSE(bad_cert.ok());
+  EXPECT_NE(bad_cert.status().message().find("--tls-cert"), std::string::npos) << bad_cert.status().message();
+  auto bad_ca = Tls::Load({P("cert.pem"), P("key.pem"), junk_cert});
+  ASSERT_FALSE(bad_ca.ok());
+  EXPECT_NE(bad_ca.status().message().find("--tls-ca"), std::string::npos) << bad_ca.status().message();
+  auto bad_key = Tls::Load({P("cert.pem"), junk_key, P("cert.pem")});
+  ASSERT_FALSE(bad_key.ok());
+  EXPECT_NE(bad_key.status().message().find("no private key"), std::string::npos) << bad_key.status().message();
+  auto wrong_key = Tls::Load({P("cert.pem"), P("other.key"), P("cert.pem")});
+  ASSERT_FALSE(wrong_key.ok());
+  EXPECT_NE(wrong_key.status().message().find("is not the key of"), std::string::npos) << wrong_key.status().message();
+  EXPECT_TRUE(Tls::Load({P("other.pem"), P("other.key"), P("cert.pem")}).ok());
   // Not text at all, and too large.
   EXPECT_FALSE(Tls::Load({Write("bin.pem", std::string("\x00\x01\x02", 3)), P("key.pem"), P("cert.pem")}).ok());
   EXPECT_FALSE(
