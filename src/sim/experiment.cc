@@ -375,7 +375,7 @@ Status ParseReconfig(const YAML::Node& n, RunConfig* rc) {
 }
 
 Status ParseRun(const YAML::Node& root, const std::string& base, RunConfig* rc) {
-  RETURN_IF_ERROR(CheckKeys(root, "", {"name", "seed", "cluster", "model", "policy", "policies", "sweep",
+  RETURN_IF_ERROR(CheckKeys(root, "", {"name", "seed", "seeds", "cluster", "model", "policy", "policies", "sweep",
                                        "workload", "slo", "periods", "output", "timeline_interval_s", "tick_s",
                                        "truth", "faults", "frontier", "reconfig"}));
   ASSIGN_OR_RETURN(rc->name, GetStringOr(root, "", "name", std::string("simulation")));
@@ -495,6 +495,10 @@ struct RunOutcome {
   Summary overall;
   std::vector<Summary> periods;
   std::vector<Summary> groups;  // per SLO class and priority, where the workload has them
+  // What the summaries were made from, kept for pooling runs of several seeds (`seeds:`).
+  std::vector<RequestResult> requests;
+  std::vector<Period> period_defs;
+  std::vector<Group> group_defs;
   double wall_s = 0;
   int64_t events = 0;
   int64_t lost_steps = 0, instance_failures = 0, drains = 0, failed_batches = 0, unaccounted = 0;
@@ -540,7 +544,7 @@ StatusOr<ExperimentModel> BuildModel(const RunConfig& rc, const Calibration& cal
   return m;
 }
 
-StatusOr<RunOutcome> RunOne(RunConfig rc, const ExperimentOptions& eo) {
+StatusOr<RunOutcome> RunOne(RunConfig rc, const ExperimentOptions& eo, bool keep_requests = false) {
   ASSIGN_OR_RETURN(policy::LatencyProfile profile, LoadProfileRef(rc.profile_csv, rc.profile_json));
   std::optional<policy::LatencyProfile> truth;
   if (!rc.truth_csv.empty() || !rc.truth_json.empty()) {
@@ -628,6 +632,11 @@ StatusOr<RunOutcome> RunOne(RunConfig rc, const ExperimentOptions& eo) {
   out.overall = Summarize(res->requests, "overall");
   for (const Period& p : rc.periods) out.periods.push_back(Summarize(res->requests, p.name, p.from_s, p.to_s));
   for (const Group& g : groups) out.groups.push_back(Summarize(res->requests, g));
+  if (keep_requests) {
+    out.requests = res->requests;
+    out.period_defs = rc.periods;
+    out.group_defs = groups;
+  }
   out.wall_s = res->wall_seconds;
   out.events = res->events;
   out.lost_steps = res->scheduler_stats.lost_steps;
@@ -635,6 +644,33 @@ StatusOr<RunOutcome> RunOne(RunConfig rc, const ExperimentOptions& eo) {
   out.drains = res->drains;
   out.failed_batches = res->failed_batches;
   out.unaccounted = res->unaccounted;
+  return out;
+}
+
+// One outcome for the runs of several seeds of the same policy and sweep point: their
+// requests taken together (attainment, quality, latency percentiles over all of them), the
+// counts summed.
+RunOutcome Pool(std::vector<RunOutcome> runs) {
+  RunOutcome out = std::move(runs.front());
+  if (runs.size() == 1) return out;  // one seed: its own summaries
+  for (size_t i = 1; i < runs.size(); ++i) {
+    RunOutcome& r = runs[i];
+    out.requests.insert(out.requests.end(), r.requests.begin(), r.requests.end());
+    out.wall_s += r.wall_s;
+    out.events += r.events;
+    out.lost_steps += r.lost_steps;
+    out.instance_failures += r.instance_failures;
+    out.drains += r.drains;
+    out.failed_batches += r.failed_batches;
+    out.unaccounted += r.unaccounted;
+  }
+  out.overall = Summarize(out.requests, "overall");
+  out.periods.clear();
+  for (const Period& p : out.period_defs) out.periods.push_back(Summarize(out.requests, p.name, p.from_s, p.to_s));
+  out.groups.clear();
+  for (const Group& g : out.group_defs) out.groups.push_back(Summarize(out.requests, g));
+  out.requests.clear();
+  out.requests.shrink_to_fit();
   return out;
 }
 
@@ -812,6 +848,15 @@ Status RunExperiment(const ExperimentOptions& eo) {
       max_attainment_gap = points / 100;
       ASSIGN_OR_RETURN(max_quality_gap, GetDoubleOr(fr, "frontier", "max_quality_gap", 0.002, 0, 1));
     }
+    // seeds: N runs each policy and sweep point with seeds seed, seed + 1, ..., and judges
+    // them by their requests taken together (sampling noise of one arrival sequence averaged).
+    int64_t seeds = 1, first_seed = 1;
+    if (HasField(root, "seeds")) {
+      ASSIGN_OR_RETURN(seeds, GetInt(root, "", "seeds", 1, 100));
+    }
+    if (HasField(root, "seed")) {
+      ASSIGN_OR_RETURN(first_seed, GetInt(root, "", "seed", 0, std::numeric_limits<int64_t>::max() - 100));
+    }
     std::string sweep_key;
     std::vector<YAML::Node> sweep_values{YAML::Node()};
     if (HasField(root, "sweep")) {
@@ -831,8 +876,9 @@ Status RunExperiment(const ExperimentOptions& eo) {
       sweep_values.clear();
       for (const auto& v : values) sweep_values.push_back(v);
     }
-    if (policies.size() * sweep_values.size() > kMaxRuns) {
-      return InvalidArgument("policies x sweep.values: " + std::to_string(policies.size() * sweep_values.size()) +
+    if (policies.size() * sweep_values.size() * static_cast<size_t>(seeds) > kMaxRuns) {
+      return InvalidArgument("policies x sweep.values x seeds: " +
+                             std::to_string(policies.size() * sweep_values.size() * static_cast<size_t>(seeds)) +
                              " runs, more than " + std::to_string(kMaxRuns));
     }
 
@@ -862,14 +908,21 @@ Status RunExperiment(const ExperimentOptions& eo) {
           tag.push_back('_');
           tag.append(value.IsScalar() ? SafeFileName(label) : "case" + std::to_string(vi));
         }
-        RunConfig rc;
-        Status s = ParseRun(cfg, base, &rc);
-        if (!s.ok()) return s.WithContext(eo.config_path);
-        if (!eo.out_dir.empty()) rc.out_dir = eo.out_dir;
-        out_root = rc.out_dir;
-        rc.out_dir += "/" + tag;
-        if (!eo.quiet) std::fprintf(stderr, "running %s ...\n", tag.c_str());
-        ASSIGN_OR_RETURN(RunOutcome o, RunOne(std::move(rc), eo));
+        std::vector<RunOutcome> per_seed;
+        for (int64_t k = 0; k < seeds; ++k) {
+          if (seeds > 1) cfg["seed"] = first_seed + k;
+          RunConfig rc;
+          Status s = ParseRun(cfg, base, &rc);
+          if (!s.ok()) return s.WithContext(eo.config_path);
+          if (!eo.out_dir.empty()) rc.out_dir = eo.out_dir;
+          out_root = rc.out_dir;
+          const std::string run_tag = seeds > 1 ? tag + "_seed" + std::to_string(first_seed + k) : tag;
+          rc.out_dir += "/" + run_tag;
+          if (!eo.quiet) std::fprintf(stderr, "running %s ...\n", run_tag.c_str());
+          ASSIGN_OR_RETURN(RunOutcome one, RunOne(std::move(rc), eo, /*keep_requests=*/seeds > 1));
+          per_seed.push_back(std::move(one));
+        }
+        RunOutcome o = Pool(std::move(per_seed));
         o.policy = pol.label;
         o.point = vi;
         if (!sweep_key.empty()) {

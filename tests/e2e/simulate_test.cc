@@ -98,6 +98,16 @@ TEST_F(SimulateTest, PoliciesAndSweepMakeATable) {
   EXPECT_THAT(rows[0], HasSubstr("policy,x,attainment"));
   EXPECT_THAT(r.out, HasSubstr("goodput"));
   EXPECT_TRUE(fs::exists(o + "/infaas_20/summary.json"));
+  // The table's row is the run's own summary.
+  const auto s = nlohmann::json::parse(ReadFile(o + "/infaas_20/summary.json"));
+  bool found = false;
+  for (const std::string& row : rows) {
+    if (row.rfind("infaas,20,", 0) != 0) continue;
+    found = true;
+    EXPECT_NEAR(std::stod(row.substr(10)), s["overall"]["slo_attainment"].get<double>(), 1e-5) << row;
+  }
+  EXPECT_TRUE(found);
+  EXPECT_THAT(r.out, HasSubstr("| infaas | 20 | " + std::to_string(s["overall"]["requests"].get<int>()) + " |"));
 }
 
 TEST_F(SimulateTest, FrontierTableJudgesLabelledPolicyVariants) {
@@ -135,6 +145,53 @@ TEST_F(SimulateTest, FrontierTableJudgesLabelledPolicyVariants) {
     }
   }
   EXPECT_EQ(checked, 2);
+}
+
+// seeds: N runs each policy and point once per seed (folders NAME_seedS) and reports them
+// pooled: the table's requests are the seeds' together, and each seed's own run is the run
+// that seed alone gives.
+TEST_F(SimulateTest, SeedsPoolTheRunsOfSeveralSeeds) {
+  const std::string o = Out("seeds"), one = Out("one");
+  const auto r = RunCli({"simulate",
+                         Write("m.yaml", SmallConfig(o, "seeds: 2\npolicies: [tediserve, infaas]\n"
+                                                        "sweep: {key: workload.arrivals.rate, values: [10, 20]}\n"
+                                                        "frontier: {target: tediserve}\n")),
+                         "--no-plots", "--quiet"});
+  ExpectSuccess(r);
+  int pooled_requests = 0;
+  double pooled_met = 0;
+  for (int seed : {7, 8}) {
+    const std::string run = o + "/infaas_20_seed" + std::to_string(seed);
+    ASSERT_TRUE(fs::exists(run + "/summary.json")) << run;
+    const auto s = nlohmann::json::parse(ReadFile(run + "/summary.json"));
+    pooled_requests += s["overall"]["requests"].get<int>();
+    pooled_met += s["overall"]["slo_attainment"].get<double>() * s["overall"]["requests"].get<int>();
+  }
+  EXPECT_FALSE(fs::exists(o + "/infaas_20"));
+  // The second seed's run is the same as a plain run with that seed.
+  ExpectSuccess(RunCli({"simulate",
+                        Write("s8.yaml", SmallConfig(one, "policies: [infaas]\nsweep: {key: workload.arrivals.rate, "
+                                                          "values: [20]}\n", 8)),
+                        "--no-plots", "--quiet"}));
+  EXPECT_EQ(ReadFile(one + "/infaas_20/requests.csv"), ReadFile(o + "/infaas_20_seed8/requests.csv"));
+  // The table and sweep.csv pool both seeds' requests.
+  EXPECT_THAT(r.out, HasSubstr("| infaas | 20 | " + std::to_string(pooled_requests) + " |"));
+  const auto rows = Lines(ReadFile(o + "/sweep.csv"));
+  ASSERT_EQ(rows.size(), 5u);
+  bool found = false;
+  for (const std::string& row : rows) {
+    if (row.rfind("infaas,20,", 0) != 0) continue;
+    found = true;
+    EXPECT_NEAR(std::stod(row.substr(10)), pooled_met / pooled_requests, 1e-5) << row;
+  }
+  EXPECT_TRUE(found);
+  EXPECT_THAT(r.out, HasSubstr("frontier check: tediserve"));
+  // Out of range: 0 and 101 seeds.
+  for (const char* bad : {"seeds: 0\n", "seeds: 101\n"}) {
+    ExpectBadInput(RunCli({"simulate", Write("bad_seeds.yaml", SmallConfig(Out("bad_seeds"), bad)), "--no-plots",
+                           "--quiet"}),
+                   "seeds");
+  }
 }
 
 TEST_F(SimulateTest, FaultsAndStepTimeErrorEndEveryRequestWithARecord) {
