@@ -141,7 +141,14 @@ class Agent {
                 << "); stopping its workers and joining again" << std::endl;
     } else if (!*warned) {
       std::cerr << "tediserve-agent: cannot join " << o_.join << " (" << st.error_message() << "); retrying every "
-                << o_.retry_s << " s" << std::endl;
+                << o_.retry_s << " s";
+      // Refused: nobody listens there yet. Anything else may be a TLS mismatch, which gRPC
+      // reports only as a closed socket or a handshake failure.
+      if (st.error_message().find("Connection refused") == std::string::npos)
+        std::cerr << (o_.tls.enabled() ? " (with TLS, the scheduler's certificate must be signed by --tls-ca and "
+                                         "name that address, and ours by the scheduler's CA)"
+                                       : " (if the scheduler was started with --tls-*, this agent needs them too)");
+      std::cerr << std::endl;
       *warned = true;
     }
     return Status::Ok();

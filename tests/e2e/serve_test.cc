@@ -533,6 +533,10 @@ TEST(ServeTest, TlsLinksAdmitOnlyCertificatesOfTheCa) {
       std::ifstream f(log);
       const std::string text((std::istreambuf_iterator<char>(f)), {});
       EXPECT_NE(text.find("cannot join"), std::string::npos) << intruders[k][5] << ": " << text;
+      // The hint matches the agent's side: start with --tls-*, or check the certificates.
+      EXPECT_NE(text.find(k == 0 ? "this agent needs them too" : "with TLS, the scheduler's certificate"),
+                std::string::npos)
+          << intruders[k][5] << ": " << text;
     }
     r = Post(s, "/v1/completions", {{"prompt", "12+30="}, {"slo_ms", 10000}}, &status);
     EXPECT_EQ(status, 200) << r.dump();
