@@ -28,10 +28,17 @@ void Log(const std::string& m) { std::cerr << ("tediserve serve: " + m + "\n") <
 // (tediserve_step_size_*): a class holds the batches of more tokens than the bound before it.
 constexpr int kStepSizeBounds[] = {16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
 
-std::string StepSizeClass(int tokens) {
-  for (int b : kStepSizeBounds)
-    if (tokens <= b) return std::to_string(b);
-  return "+Inf";
+// The label set of a batch's class, made once (this runs for every returned batch).
+const Labels& StepSizeLabels(int tokens) {
+  static const std::vector<Labels> labels = [] {
+    std::vector<Labels> v;
+    for (int b : kStepSizeBounds) v.push_back({{"tokens_max", std::to_string(b)}});
+    v.push_back({{"tokens_max", "+Inf"}});
+    return v;
+  }();
+  size_t k = 0;
+  while (k < std::size(kStepSizeBounds) && tokens > kStepSizeBounds[k]) ++k;
+  return labels[k];
 }
 
 constexpr int kMaxRestarts = 5;          // of one worker between agent joins, and of the local agent
@@ -624,10 +631,12 @@ void Runtime::CountOverhead(const rpc::BatchResult& r, double launched, double n
                back = at(r.scheduler_received_ns());
   // A worker on another machine has another clock: its times fall outside the flight.
   if (!(launched <= received && received <= done && done <= back && back <= now)) return;
-  metrics_.Add("tediserve_step_overhead_seconds_total", received - launched, {{"leg", "to_worker"}});
-  metrics_.Add("tediserve_step_overhead_seconds_total", std::max(0.0, done - received - r.seconds()), {{"leg", "worker"}});
-  metrics_.Add("tediserve_step_overhead_seconds_total", back - done, {{"leg", "from_worker"}});
-  metrics_.Add("tediserve_step_overhead_seconds_total", now - back, {{"leg", "loop"}});
+  static const Labels to_worker{{"leg", "to_worker"}}, worker{{"leg", "worker"}}, from_worker{{"leg", "from_worker"}},
+      loop{{"leg", "loop"}};
+  metrics_.Add("tediserve_step_overhead_seconds_total", received - launched, to_worker);
+  metrics_.Add("tediserve_step_overhead_seconds_total", std::max(0.0, done - received - r.seconds()), worker);
+  metrics_.Add("tediserve_step_overhead_seconds_total", back - done, from_worker);
+  metrics_.Add("tediserve_step_overhead_seconds_total", now - back, loop);
 }
 
 void Runtime::OnResult(rpc::BatchResult r) {
@@ -658,7 +667,7 @@ void Runtime::OnResult(rpc::BatchResult r) {
       metrics_.Add("tediserve_step_profile_seconds_total", b->expected_seconds);
       metrics_.Add("tediserve_step_elapsed_seconds_total", now - flight.launched);
       CountOverhead(r, flight.launched, now);
-      const Labels size{{"tokens_max", StepSizeClass(b->tokens)}};
+      const Labels& size = StepSizeLabels(b->tokens);
       metrics_.Add("tediserve_step_size_batches_total", 1, size);
       metrics_.Add("tediserve_step_size_tokens_total", b->tokens, size);
       metrics_.Add("tediserve_step_size_profile_seconds_total", b->expected_seconds, size);

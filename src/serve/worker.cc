@@ -17,15 +17,11 @@
 
 #include "engine/decoder.h"
 #include "engine/weights.h"
+#include "serve/monotonic.h"
 #include "serve/worker.grpc.pb.h"
 
 namespace tediserve::serve {
 namespace {
-
-int64_t MonotonicNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 void ToProto(const engine::ConfidenceSummary& s, rpc::Confidence* c) {
   c->set_count(s.count);

@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "serve/monotonic.h"
+
 namespace tediserve::serve {
 
 StatusOr<std::unique_ptr<WorkerClient>> WorkerClient::Connect(const std::string& address, const std::string& token,
@@ -38,9 +40,7 @@ void WorkerClient::ReadLoop() {
   rpc::WorkerEvent ev;
   while (stream_->Read(&ev)) {
     if (ev.has_result() && !closing_) {
-      ev.mutable_result()->set_scheduler_received_ns(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-              .count());
+      ev.mutable_result()->set_scheduler_received_ns(MonotonicNs());
       on_result_(std::move(*ev.mutable_result()));
     }
   }
