@@ -100,18 +100,8 @@ double StepLevelFrom(const std::vector<loadgen::GaugeSample>& samples, StepScale
   std::vector<double> logs, weights;
   double level = 1;
   for (size_t i = 1; i < samples.size(); ++i) {
-    const auto& a = samples[i - 1].step_sizes;
     double batches = 0, elapsed = 0, expected = 0;
-    for (const loadgen::StepSizeClass& c : samples[i].step_sizes) {
-      loadgen::StepSizeClass d = c;
-      for (const loadgen::StepSizeClass& p : a)
-        if (p.tokens_max == c.tokens_max) {
-          d.batches -= p.batches;
-          d.tokens -= p.tokens;
-          d.profile_s -= p.profile_s;
-          d.elapsed_s -= p.elapsed_s;
-        }
-      if (!(d.batches > 0)) continue;
+    for (const loadgen::StepSizeClass& d : loadgen::StepSizesMinus(samples[i].step_sizes, samples[i - 1].step_sizes)) {
       batches += d.batches;
       elapsed += d.elapsed_s;
       expected += d.profile_s * scale->At(d.tokens / d.batches);

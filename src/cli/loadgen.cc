@@ -511,6 +511,24 @@ std::vector<StepSizeClass> StepSizesBetween(const std::map<std::string, double>&
   return out;
 }
 
+std::vector<StepSizeClass> StepSizesMinus(const std::vector<StepSizeClass>& after,
+                                          const std::vector<StepSizeClass>& before) {
+  std::vector<StepSizeClass> out;
+  for (StepSizeClass d : after) {
+    for (const StepSizeClass& p : before)
+      if (p.tokens_max == d.tokens_max) {
+        d.batches -= p.batches;
+        d.tokens -= p.tokens;
+        d.profile_s -= p.profile_s;
+        d.elapsed_s -= p.elapsed_s;
+        d.ratio_sum -= p.ratio_sum;
+        d.ratio_squares -= p.ratio_squares;
+      }
+    if (d.batches > 0) out.push_back(d);
+  }
+  return out;
+}
+
 Overhead OverheadBetween(const std::map<std::string, double>& before, const std::map<std::string, double>& after) {
   Overhead o;
   bool has_sched = false, has_step = false;

@@ -220,6 +220,10 @@ Overhead OverheadBetween(const std::map<std::string, double>& before, const std:
 // batch left out); `before` empty: the totals in `after`.
 std::vector<StepSizeClass> StepSizesBetween(const std::map<std::string, double>& before,
                                             const std::map<std::string, double>& after);
+// Class by class, what `after` counted beyond `before` (two samples of the same counters;
+// classes matched by bound, those without a batch between left out).
+std::vector<StepSizeClass> StepSizesMinus(const std::vector<StepSizeClass>& after,
+                                          const std::vector<StepSizeClass>& before);
 nlohmann::json ToJson(const Overhead& o);
 
 // ---- Plots -----------------------------------------------------------------------------

@@ -318,6 +318,21 @@ TEST(LoadgenSummary, AggregatesRepeatedRunsByPolicyAndRate) {
   EXPECT_EQ(ToJson(a[0])["runs"], 2);
 }
 
+TEST(LoadgenMetrics, StepSizesMinusDiffersClassByClass) {
+  StepSizeClass a64{64, 10, 400, 1, 2, 20, 41}, a_inf{std::numeric_limits<double>::infinity(), 2, 5000, 3, 9, 6, 18};
+  StepSizeClass b64{64, 4, 160, 0.5, 0.5, 8, 16};
+  const auto d = StepSizesMinus({a64, a_inf}, {b64});
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_DOUBLE_EQ(d[0].batches, 6);
+  EXPECT_DOUBLE_EQ(d[0].tokens, 240);
+  EXPECT_DOUBLE_EQ(d[0].profile_s, 0.5);
+  EXPECT_DOUBLE_EQ(d[0].elapsed_s, 1.5);
+  EXPECT_DOUBLE_EQ(d[0].ratio_sum, 12);
+  EXPECT_DOUBLE_EQ(d[0].ratio_squares, 25);
+  EXPECT_DOUBLE_EQ(d[1].batches, 2);  // no earlier count: all of it
+  EXPECT_TRUE(StepSizesMinus({a64}, {a64}).empty());  // nothing ran between
+}
+
 TEST(LoadgenSummary, GoodputIsTheHighestRateAtTarget) {
   EXPECT_EQ(*GoodputRate({2, 4, 6, 8}, {1.0, 0.95, 0.91, 0.5}, 0.9), 6);
   EXPECT_EQ(*GoodputRate({8, 2}, {0.95, 0.99}, 0.9), 8);

@@ -633,7 +633,7 @@ StatusOr<RunOutcome> RunOne(RunConfig rc, const ExperimentOptions& eo, bool keep
   for (const Period& p : rc.periods) out.periods.push_back(Summarize(res->requests, p.name, p.from_s, p.to_s));
   for (const Group& g : groups) out.groups.push_back(Summarize(res->requests, g));
   if (keep_requests) {
-    out.requests = res->requests;
+    out.requests = std::move(res->requests);  // the summaries above are made
     out.period_defs = rc.periods;
     out.group_defs = groups;
   }
@@ -854,7 +854,7 @@ Status RunExperiment(const ExperimentOptions& eo) {
     if (HasField(root, "seeds")) {
       ASSIGN_OR_RETURN(seeds, GetInt(root, "", "seeds", 1, 100));
     }
-    if (HasField(root, "seed")) {
+    if (seeds > 1 && HasField(root, "seed")) {  // room for the seeds after it
       ASSIGN_OR_RETURN(first_seed, GetInt(root, "", "seed", 0, std::numeric_limits<int64_t>::max() - 100));
     }
     std::string sweep_key;
