@@ -642,13 +642,15 @@ Status Replay(const Context& ctx, fidelity::SimSetup setup, const std::vector<lo
   // requests pooled: attainment and mean latency are then the means over the draws.
   const int draws = std::max(1, ctx.args->fidelity_draws);
   // `first`, when given, receives the first draw's requests (the per-request JSON).
+  fidelity::ReplayBatches first_batches;
   auto pooled = [&](const fidelity::SimSetup& s,
                     std::vector<loadgen::RequestResult>* first = nullptr) -> StatusOr<loadgen::Summary> {
     std::vector<loadgen::RequestResult> all;
     for (int k = 0; k < (s.overhead.step_sigma > 0 ? draws : 1); ++k) {
       fidelity::SimSetup sk = s;
       sk.seed = s.seed + static_cast<uint64_t>(k);
-      ASSIGN_OR_RETURN(auto one, fidelity::SimulatePlan(sk, plan, *ctx.problems));
+      ASSIGN_OR_RETURN(auto one, fidelity::SimulatePlan(sk, plan, *ctx.problems,
+                                                        k == 0 && first != nullptr ? &first_batches : nullptr));
       if (k == 0 && first != nullptr) *first = one;
       all.insert(all.end(), one.begin(), one.end());
     }
@@ -689,6 +691,7 @@ Status Replay(const Context& ctx, fidelity::SimSetup setup, const std::vector<lo
   std::vector<loadgen::RequestResult> with;  // the first draw
   ASSIGN_OR_RETURN(loadgen::Summary with_summary, pooled(setup, &with));
   run->fidelity = fidelity::Compare(run->summary, with_summary, loadgen::Summarize(bare), overhead, alternatives);
+  run->fidelity.sim_batches = first_batches;
   run->simulated = std::move(with);
   run->has_fidelity = true;
   return Status::Ok();
@@ -729,6 +732,18 @@ void PrintFidelity(const std::vector<RunResult>& runs, const std::string& profil
                 Fixed(1e3 * c.overhead.per_request_s, 3).c_str(),
                 Pct(c.sim_profile_only.attainment).c_str(), Fixed(1e3 * c.sim_profile_only.latency_mean_s, 2).c_str(),
                 (std::string(c.attainment_within ? "att" : "-") + "/" + (c.mean_latency_within ? "lat" : "-")).c_str());
+  }
+  // How the replay batched the same requests: many more (smaller) batches on one side means
+  // the dynamics differ, whatever the step times.
+  std::printf("\nStep batches, live against the replay (its first draw): batches and requests per batch.\n");
+  std::printf("%-16s %8s %9s %9s %8s %8s\n", "policy", "rate", "bat_live", "bat_sim", "req_live", "req_sim");
+  for (const auto& r : runs) {
+    if (!r.has_fidelity || r.fidelity.sim_batches.batches == 0) continue;
+    const auto& sb = r.fidelity.sim_batches;
+    const std::string who = r.spec.label + (r.spec.rounds > 1 ? " #" + std::to_string(r.spec.round) : "");
+    std::printf("%-16s %8s %9.0f %9lld %8s %8s\n", who.c_str(), r.spec.rate > 0 ? Fixed(r.spec.rate, 2).c_str() : "-",
+                r.overhead.batches, static_cast<long long>(sb.batches), Fixed(r.overhead.mean_batch, 2).c_str(),
+                Fixed(static_cast<double>(sb.request_steps) / static_cast<double>(sb.batches), 2).c_str());
   }
   // Over rounds: the means, and each difference's mean [min, max].
   struct Acc {

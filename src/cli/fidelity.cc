@@ -176,7 +176,8 @@ std::vector<loadgen::PlannedRequest> ProbePlan(size_t problems, int n, int outpu
 
 StatusOr<std::vector<loadgen::RequestResult>> SimulatePlan(const SimSetup& setup,
                                                            const std::vector<loadgen::PlannedRequest>& plan,
-                                                           const std::vector<engine::TaskProblem>& problems) {
+                                                           const std::vector<engine::TaskProblem>& problems,
+                                                           ReplayBatches* batches) {
   if (plan.empty()) return std::vector<loadgen::RequestResult>{};
   if (setup.layout.empty()) return InvalidArgument("fidelity: an empty layout");
   ASSIGN_OR_RETURN(policy::LatencyProfile profile, policy::LatencyProfile::LoadCsv(setup.profile_csv));
@@ -262,6 +263,7 @@ StatusOr<std::vector<loadgen::RequestResult>> SimulatePlan(const SimSetup& setup
   };
   ASSIGN_OR_RETURN(sim::SimResult res, sim::Simulate(so, profile, *engine, requests, acc, measured));
   if (!engine->status().ok()) return engine->status().WithContext("engine in the loop");
+  if (batches != nullptr) *batches = {res.steps, res.request_steps};
 
   std::vector<loadgen::RequestResult> out(plan.size());
   for (size_t i = 0; i < plan.size(); ++i) {
@@ -370,6 +372,8 @@ json ToJson(const Comparison& c) {
           {"profile_only_mean_latency_diff", Num(c.profile_only_mean_latency_diff)},
           {"server_attainment_diff_points", Num(c.server_attainment_diff_points)},
           {"server_mean_latency_diff", Num(c.server_mean_latency_diff)},
+          {"simulated_batches", c.sim_batches.batches},
+          {"simulated_request_steps", c.sim_batches.request_steps},
           {"attainment_within_5_points", c.attainment_within},
           {"mean_latency_within_10_percent", c.mean_latency_within}};
 }

@@ -115,9 +115,14 @@ struct SimSetup {
 // loadgen::Summarize counts attainment and latency exactly as for the live run: latency =
 // simulated finish - arrival + overhead.per_request_s, slo_met = completed within slo_s,
 // correct = the engine's answer is exact, server_latency_s = the simulated latency alone.
+// `batches`, when given, receives how many step batches the replay ran and their requests.
+struct ReplayBatches {
+  int64_t batches = 0, request_steps = 0;
+};
 StatusOr<std::vector<loadgen::RequestResult>> SimulatePlan(const SimSetup& setup,
                                                            const std::vector<loadgen::PlannedRequest>& plan,
-                                                           const std::vector<engine::TaskProblem>& problems);
+                                                           const std::vector<engine::TaskProblem>& problems,
+                                                           ReplayBatches* batches = nullptr);
 
 // `n` probes: spread over the problems (i * 37 mod problems), one second apart, SLO 60 s.
 std::vector<loadgen::PlannedRequest> ProbePlan(size_t problems, int n, int output_len);
@@ -142,6 +147,7 @@ struct Comparison {
   // The server's view: from a request's arrival at the runtime (after HTTP) to its end, the
   // server's slo_met and latency against the simulation without the per-request term.
   double server_attainment_diff_points = 0, server_mean_latency_diff = 0;
+  ReplayBatches sim_batches;          // the replay's (first draw) step batches, against live
   bool attainment_within = false;     // |attainment diff| <= 5 points
   bool mean_latency_within = false;   // |mean latency diff| <= 10%
 };

@@ -232,13 +232,20 @@ TEST(FidelityTest, OverloadQueuesAndMissesSlos) {
   s.calibration = kCalibration;
   s.layout = {1};
   s.policy = "infaas";
-  auto r = SimulatePlan(s, plan, problems);
+  ReplayBatches batches;
+  auto r = SimulatePlan(s, plan, problems, &batches);
   ASSERT_TRUE(r.ok()) << r.status().message();
   const loadgen::Summary sum = loadgen::Summarize(*r);
   EXPECT_EQ(sum.requests, 200);
   EXPECT_EQ(sum.completed, 200);
   EXPECT_LT(sum.attainment, 0.5);
   EXPECT_GT(sum.latency_mean_s, 0.005);
+  // The replay's batches hold every request step, and a queue of 200 is served in batches.
+  int64_t request_steps = 0;
+  for (const auto& x : *r) request_steps += x.steps;
+  EXPECT_EQ(batches.request_steps, request_steps);
+  EXPECT_GT(batches.batches, 0);
+  EXPECT_LT(batches.batches * 4, batches.request_steps);
 }
 
 TEST(FidelityTest, BadInputsAreErrors) {
