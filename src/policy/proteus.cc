@@ -17,11 +17,11 @@ uint64_t SplitMix64(uint64_t* state) {
 
 ProteusMix::ProteusMix(Options options)
     : o_(std::move(options)), mix_(o_.thresholds.size(), 0.0), next_period_(o_.period),
-      work_sum_(o_.thresholds.size(), 0.0), rng_state_(o_.seed ^ 0x5DEECE66Dull) {
+      work_sum_(o_.thresholds.size(), 0.0), pass_sum_(o_.thresholds.size(), 0.0), rng_state_(o_.seed ^ 0x5DEECE66Dull) {
   if (!mix_.empty()) mix_[0] = 1.0;
 }
 
-void ProteusMix::AdvanceTo(Seconds now, double capacity_tokens_per_second) {
+void ProteusMix::AdvanceTo(Seconds now, double capacity_tokens_per_second, double step_seconds) {
   while (now >= next_period_) {
     const double rate = arrivals_ / o_.period;
     if (rate_ < 0) {
@@ -98,11 +98,21 @@ void ProteusMix::AdvanceTo(Seconds now, double capacity_tokens_per_second) {
         mix[best] = 1;
       }
     }
+    if (o_.latency_fraction > 0 && step_seconds > 0 && arrivals_ > 0 && slo_sum_ > 0) {
+      const double limit = o_.latency_fraction * slo_sum_ / static_cast<double>(arrivals_);
+      size_t top = 0;
+      while (top + 1 < n && pass_sum_[top] / static_cast<double>(arrivals_) * step_seconds > limit) ++top;
+      for (size_t k = 0; k < top; ++k) {
+        mix[top] += mix[k];
+        mix[k] = 0;
+      }
+    }
     mix_ = mix;
     arrivals_ = 0;
     high_work_sum_ = 0;
     slo_sum_ = 0;
     std::fill(work_sum_.begin(), work_sum_.end(), 0.0);
+    std::fill(pass_sum_.begin(), pass_sum_.end(), 0.0);
     next_period_ += o_.period;
   }
 }
@@ -119,7 +129,10 @@ double ProteusMix::OnArrival(const RequestSpec& spec, int num_blocks, double min
   }
   ++arrivals_;
   slo_sum_ += spec.slo;
-  for (size_t k = 0; k < o_.thresholds.size(); ++k) work_sum_[k] += work(k);
+  for (size_t k = 0; k < o_.thresholds.size(); ++k) {
+    work_sum_[k] += work(k);
+    pass_sum_[k] += std::max(static_cast<double>(num_blocks), spec.output_len / o_.tokens_per_step[k]);
+  }
   return std::clamp(Draw(), min_threshold, max_threshold);
 }
 

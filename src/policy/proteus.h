@@ -49,12 +49,21 @@ class ProteusMix {
     // over capacity at any threshold, sinks to the lowest. The frontier policy sets it.
     bool most_correct = false;
     double most_correct_margin = 0.1;
+    // Latency cap (0: off): capacity is not the only limit. A request's latency is about its
+    // passes (steps) times the step time of the batches it runs in, and a higher threshold
+    // costs many more passes than tokens where recompute tokens dominate (long prompts). So
+    // when a period closes, the plan's highest threshold is the first candidate whose mean
+    // passes per arrival times the period's measured mean step time (AdvanceTo's step_seconds)
+    // is at most this fraction of the arrivals' mean SLO; the shares of the candidates above
+    // it move to it.
+    double latency_fraction = 0;
   };
   explicit ProteusMix(Options options);
 
   // Closes every period that ended by `now`; `capacity_tokens_per_second` is the cluster's
-  // (accepting instances) at the token budget.
-  void AdvanceTo(Seconds now, double capacity_tokens_per_second);
+  // (accepting instances) at the token budget, `step_seconds` the mean measured time of the
+  // step batches that returned in the period (0: none, no latency cap).
+  void AdvanceTo(Seconds now, double capacity_tokens_per_second, double step_seconds = 0);
   // Counts an arrival into the current period's demand and draws its threshold, clamped to
   // [min_threshold, max_threshold] (which the caller has already made consistent).
   double OnArrival(const RequestSpec& spec, int num_blocks, double min_threshold, double max_threshold);
@@ -70,6 +79,7 @@ class ProteusMix {
   int64_t arrivals_ = 0;   // in the current period
   double rate_ = -1;       // smoothed arrivals per second; -1 before the first period
   std::vector<double> work_sum_;  // tokens of this period's arrivals at each candidate
+  std::vector<double> pass_sum_;  // passes (steps) of this period's arrivals at each candidate
   double slo_sum_ = 0;            // SLO seconds of this period's arrivals
   double high_work_sum_ = 0;      // their tokens at the highest candidate
   double high_demand_ = -1;       // smoothed tokens per second of priority requests

@@ -183,5 +183,43 @@ TEST(ProteusMixTest, ChangeAwareRateAveragesASteadyLoadAndFollowsAJump) {
   EXPECT_NEAR(p.rate(), after_jump + (4.0 - after_jump) / 3, 1e-12);
 }
 
+// The latency cap: passes at 0.9 .. 0.5 are 128, 100, 80, 64, 32 per request. With 10-s SLOs
+// and a fraction of 0.5 the limit is 5 s: at 50-ms steps 0.9 (6.4 s) is out and 0.8 (5.0 s)
+// is the plan's top, whatever the capacity allows; without a measured step nothing changes;
+// where every candidate is over the limit the plan is the lowest.
+TEST(ProteusMixTest, LatencyCapDropsCandidatesWhosePassesOverrunTheSlo) {
+  auto run = [](double fraction, double step_seconds) {
+    ProteusMix::Options o = MakeOptions(kConcave, false);
+    o.latency_fraction = fraction;
+    ProteusMix p(o);
+    for (RequestId id = 0; id < 20; ++id) {
+      RequestSpec s = Spec(id);
+      s.slo = 10;
+      p.OnArrival(s, 8, 0, 1);
+    }
+    p.AdvanceTo(10.0, 1e9, step_seconds);  // capacity for anything: the plan alone is all 0.9
+    return p.mix();
+  };
+  EXPECT_EQ(run(0, 0.05), (std::vector<double>{1, 0, 0, 0, 0}));    // off
+  EXPECT_EQ(run(0.5, 0), (std::vector<double>{1, 0, 0, 0, 0}));     // no step measured
+  EXPECT_EQ(run(0.5, 0.05), (std::vector<double>{0, 1, 0, 0, 0}));  // 0.9 out, 0.8 fits
+  EXPECT_EQ(run(0.5, 0.06), (std::vector<double>{0, 0, 1, 0, 0}));  // 0.8: 6.0 s, 0.7: 4.8 s
+  EXPECT_EQ(run(0.5, 0.2), (std::vector<double>{0, 0, 0, 0, 1}));   // none fits: the lowest
+  // A mix the capacity calls for keeps its shares below the cap: 0.7-0.6 stays as it is.
+  ProteusMix::Options o = MakeOptions(kConcave, false);
+  o.latency_fraction = 0.5;
+  ProteusMix p(o);
+  for (RequestId id = 0; id < 20; ++id) {
+    RequestSpec s = Spec(id);
+    s.slo = 10;
+    p.OnArrival(s, 8, 0, 1);
+  }
+  p.AdvanceTo(10.0, 10000, 0.05);
+  EXPECT_EQ(p.mix()[0], 0);
+  EXPECT_EQ(p.mix()[1], 0);
+  EXPECT_NEAR(p.mix()[2] + p.mix()[3], 1, 1e-12);
+  EXPECT_GT(p.mix()[2], 0);
+}
+
 }  // namespace
 }  // namespace tediserve::policy

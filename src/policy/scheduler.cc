@@ -77,6 +77,8 @@ ProteusMix::Options ProteusOptionsOf(const PolicyOptions& o) {
   p.reserve_priority = o.threshold == ThresholdKind::kPlannedRescue;
   p.most_correct = o.threshold == ThresholdKind::kPlannedRescue;
   p.most_correct_margin = o.value_margin;
+  if (o.threshold == ThresholdKind::kPlannedRescue && o.plan_latency_z > 0)
+    p.latency_fraction = 1 / (1 + o.plan_latency_z * std::max(0.0, o.steps_cv));
   return p;
 }
 
@@ -151,6 +153,10 @@ size_t Scheduler::accepting_instances() const {
 }
 
 void Scheduler::MeasureStep(Instance& inst, Seconds now) {
+  if (now >= inst.batch_start) {
+    period_batches_ += 1;
+    period_step_seconds_ += now - inst.batch_start;
+  }
   if (options_.step_scale_weight == 0 || !(inst.batch_profile_seconds > 0)) return;  // the profile as it is
   double ratio = (now - inst.batch_start) / inst.batch_profile_seconds;
   if (!std::isfinite(ratio)) return;

@@ -102,6 +102,11 @@ struct PolicyOptions {
   // the capacity, only when that promises this much more accuracy per unit of work
   // (SelectThreshold, ProteusMix::Options::most_correct).
   double value_margin = 0.1;
+  // The default policy's latency cap on its plan (ProteusMix::Options::latency_fraction =
+  // 1 / (1 + plan_latency_z x steps_cv)): a threshold stays in the plan only while a request
+  // that needs plan_latency_z standard deviations more steps than the mean would finish
+  // within the mean SLO at the measured step time. 0: off.
+  double plan_latency_z = 0;
   // Admission: at most this many live requests (0: no limit); an arrival over it is
   // rejected (reported in Decisions::ended with kResourceExhausted).
   int max_live_requests = 0;
@@ -355,6 +360,8 @@ class Scheduler {
   void ChooseThreshold(RequestState& r, Seconds now);
   void MaybeLoadControl(Seconds now);
   void AdvanceProteus(Seconds now);
+  // Step batches that returned since the plan's last period, and their measured seconds.
+  double period_batches_ = 0, period_step_seconds_ = 0;
 
   PolicyOptions options_;
   const LatencyProfile* profile_;

@@ -84,7 +84,9 @@ void Scheduler::AdvanceProteus(Seconds now) {
   for (const Instance& i : instances_) {
     if (i.accepting) capacity += i.tokens_per_second;
   }
-  proteus_.AdvanceTo(now, capacity);
+  const double step_seconds = period_batches_ > 0 ? period_step_seconds_ / period_batches_ : 0;
+  period_batches_ = period_step_seconds_ = 0;
+  proteus_.AdvanceTo(now, capacity, step_seconds);
 }
 
 }  // namespace tediserve::policy

@@ -381,7 +381,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"NegativeChangeZ", "policy: {name: tediserve}", "policy: {name: tediserve, proteus_change_z: -1}",
                 "policy.proteus_change_z"},
         BadCase{"ZeroRateWindow", "policy: {name: tediserve}", "policy: {name: tediserve, proteus_window: 0}",
-                "policy.proteus_window"}),
+                "policy.proteus_window"},
+        BadCase{"NegativeLatencyZ", "policy: {name: tediserve}", "policy: {name: tediserve, plan_latency_z: -1}",
+                "policy.plan_latency_z"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST_F(SimulateTest, MalformedTraceNamesTheLine) {
