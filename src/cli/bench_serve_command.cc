@@ -735,10 +735,14 @@ void PrintFidelity(const std::vector<RunResult>& runs, const std::string& profil
   }
   // How the replay batched the same requests: many more (smaller) batches on one side means
   // the dynamics differ, whatever the step times.
-  std::printf("\nStep batches, live against the replay (its first draw): batches and requests per batch.\n");
-  std::printf("%-16s %8s %9s %9s %8s %8s\n", "policy", "rate", "bat_live", "bat_sim", "req_live", "req_sim");
+  bool header = false;
   for (const auto& r : runs) {
     if (!r.has_fidelity || r.fidelity.sim_batches.batches == 0) continue;
+    if (!header) {
+      std::printf("\nStep batches, live against the replay (its first draw): batches and requests per batch.\n");
+      std::printf("%-16s %8s %9s %9s %8s %8s\n", "policy", "rate", "bat_live", "bat_sim", "req_live", "req_sim");
+      header = true;
+    }
     const auto& sb = r.fidelity.sim_batches;
     const std::string who = r.spec.label + (r.spec.rounds > 1 ? " #" + std::to_string(r.spec.round) : "");
     std::printf("%-16s %8s %9.0f %9lld %8s %8s\n", who.c_str(), r.spec.rate > 0 ? Fixed(r.spec.rate, 2).c_str() : "-",

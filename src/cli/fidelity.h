@@ -110,15 +110,17 @@ struct SimSetup {
   Overhead overhead;           // zero: the bare profile
 };
 
+// The step batches a replay ran, and the request steps in them (a request in one batch).
+struct ReplayBatches {
+  int64_t batches = 0, request_steps = 0;
+};
+
 // Simulates `plan` (request i decodes problems[plan[i].problem] with the real engine) and
 // returns one result per planned request in the load generator's form, so that
 // loadgen::Summarize counts attainment and latency exactly as for the live run: latency =
 // simulated finish - arrival + overhead.per_request_s, slo_met = completed within slo_s,
 // correct = the engine's answer is exact, server_latency_s = the simulated latency alone.
 // `batches`, when given, receives how many step batches the replay ran and their requests.
-struct ReplayBatches {
-  int64_t batches = 0, request_steps = 0;
-};
 StatusOr<std::vector<loadgen::RequestResult>> SimulatePlan(const SimSetup& setup,
                                                            const std::vector<loadgen::PlannedRequest>& plan,
                                                            const std::vector<engine::TaskProblem>& problems,

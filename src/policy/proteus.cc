@@ -119,9 +119,9 @@ void ProteusMix::AdvanceTo(Seconds now, double capacity_tokens_per_second, doubl
 
 double ProteusMix::OnArrival(const RequestSpec& spec, int num_blocks, double min_threshold, double max_threshold) {
   const double seq = spec.prompt_len + spec.output_len;
+  auto steps = [&](size_t k) { return spec.output_len / o_.tokens_per_step[k]; };
   auto work = [&](size_t k) {
-    const double steps = spec.output_len / o_.tokens_per_step[k];
-    return o_.cache ? num_blocks * seq + std::max(0.0, steps - num_blocks) * o_.block_size : steps * seq;
+    return o_.cache ? num_blocks * seq + std::max(0.0, steps(k) - num_blocks) * o_.block_size : steps(k) * seq;
   };
   if (o_.reserve_priority && spec.priority > 0 && !o_.thresholds.empty()) {
     high_work_sum_ += work(0);
@@ -131,7 +131,7 @@ double ProteusMix::OnArrival(const RequestSpec& spec, int num_blocks, double min
   slo_sum_ += spec.slo;
   for (size_t k = 0; k < o_.thresholds.size(); ++k) {
     work_sum_[k] += work(k);
-    pass_sum_[k] += std::max(static_cast<double>(num_blocks), spec.output_len / o_.tokens_per_step[k]);
+    pass_sum_[k] += std::max(static_cast<double>(num_blocks), steps(k));  // a block takes a pass at least
   }
   return std::clamp(Draw(), min_threshold, max_threshold);
 }

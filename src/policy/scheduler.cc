@@ -112,6 +112,8 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(PolicyOptions options,
   if (!(options.proteus_headroom_slo_ratio >= 0) || !std::isfinite(options.proteus_headroom_slo_ratio))
     return InvalidArgument("policy.proteus_headroom_slo_ratio: must be >= 0");
   if (!(options.value_margin >= 0)) return InvalidArgument("policy.value_margin: must be >= 0");
+  if (!(options.plan_latency_z >= 0) || !std::isfinite(options.plan_latency_z))
+    return InvalidArgument("policy.plan_latency_z: must be >= 0");
   if (!(options.step_scale_weight >= 0 && options.step_scale_weight <= 1))
     return InvalidArgument("policy.step_scale_weight: must be in [0, 1]");
   if (UsesProteusMix(options.threshold) &&

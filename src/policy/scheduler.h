@@ -361,7 +361,8 @@ class Scheduler {
   void MaybeLoadControl(Seconds now);
   void AdvanceProteus(Seconds now);
   // Step batches that returned since the plan's last period, and their measured seconds.
-  double period_batches_ = 0, period_step_seconds_ = 0;
+  int64_t period_batches_ = 0;
+  double period_step_seconds_ = 0;
 
   PolicyOptions options_;
   const LatencyProfile* profile_;

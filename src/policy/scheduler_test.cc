@@ -968,6 +968,8 @@ TEST_F(SchedulerCreateTest, RejectsBadOptions) {
   expect_bad(CreateWith([](PolicyOptions& o) { o.max_step_failures = 0; }), "max_step_failures");
   expect_bad(CreateWith([](PolicyOptions& o) { o.proteus_change_z = -1; }), "proteus_change_z");
   expect_bad(CreateWith([](PolicyOptions& o) { o.proteus_window = 0; }), "proteus_window");
+  expect_bad(CreateWith([](PolicyOptions& o) { o.plan_latency_z = -1; }), "plan_latency_z");
+  expect_bad(CreateWith([](PolicyOptions& o) { o.plan_latency_z = std::nan(""); }), "plan_latency_z");
   expect_bad(CreateWith([](PolicyOptions& o) { o.proteus_headroom_slo_ratio = -0.1; }), "proteus_headroom_slo_ratio");
   expect_bad(CreateWith([](PolicyOptions& o) { o.proteus_headroom_slo_ratio = std::nan(""); }), "proteus_headroom_slo_ratio");
   expect_bad(CreateWith([](PolicyOptions& o) { o.value_margin = -0.5; }), "value_margin");

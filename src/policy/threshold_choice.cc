@@ -84,8 +84,10 @@ void Scheduler::AdvanceProteus(Seconds now) {
   for (const Instance& i : instances_) {
     if (i.accepting) capacity += i.tokens_per_second;
   }
-  const double step_seconds = period_batches_ > 0 ? period_step_seconds_ / period_batches_ : 0;
-  period_batches_ = period_step_seconds_ = 0;
+  const double step_seconds =
+      period_batches_ > 0 ? period_step_seconds_ / static_cast<double>(period_batches_) : 0;
+  period_batches_ = 0;
+  period_step_seconds_ = 0;
   proteus_.AdvanceTo(now, capacity, step_seconds);
 }
 
