@@ -21,7 +21,8 @@ ProteusMix::ProteusMix(Options options)
   if (!mix_.empty()) mix_[0] = 1.0;
 }
 
-void ProteusMix::AdvanceTo(Seconds now, double capacity_tokens_per_second, double step_seconds) {
+void ProteusMix::AdvanceTo(Seconds now, double capacity_tokens_per_second, double step_seconds,
+                           double late_fraction) {
   while (now >= next_period_) {
     const double rate = arrivals_ / o_.period;
     if (rate_ < 0) {
@@ -98,13 +99,21 @@ void ProteusMix::AdvanceTo(Seconds now, double capacity_tokens_per_second, doubl
         mix[best] = 1;
       }
     }
-    if (o_.latency_fraction > 0 && step_seconds > 0 && arrivals_ > 0 && slo_sum_ > 0) {
+    if (o_.latency_fraction > 0 && step_seconds > 0 && arrivals_ > 0 && slo_sum_ > 0 &&
+        late_fraction >= o_.latency_miss_target) {
       const double limit = o_.latency_fraction * slo_sum_ / static_cast<double>(arrivals_);
-      size_t top = 0;
-      while (top + 1 < n && pass_sum_[top] / static_cast<double>(arrivals_) * step_seconds > limit) ++top;
-      for (size_t k = 0; k < top; ++k) {
-        mix[top] += mix[k];
-        mix[k] = 0;
+      // The mix's mean passes x step time within the limit: shares move down from the
+      // highest candidate to the next, the last move fractional.
+      const double max_passes = limit / step_seconds * static_cast<double>(arrivals_);
+      double passes = 0;
+      for (size_t k = 0; k < n; ++k) passes += mix[k] * pass_sum_[k];
+      for (size_t k = 0; k + 1 < n && passes > max_passes * (1 + 1e-12); ++k) {
+        if (mix[k] == 0) continue;
+        const double saving = pass_sum_[k] - pass_sum_[k + 1];  // per unit of share moved
+        const double moved = saving > 0 ? std::min(mix[k], (passes - max_passes) / saving) : mix[k];
+        mix[k] -= moved;
+        mix[k + 1] += moved;
+        passes -= moved * saving;
       }
     }
     mix_ = mix;

@@ -52,18 +52,24 @@ class ProteusMix {
     // Latency cap (0: off): capacity is not the only limit. A request's latency is about its
     // passes (steps) times the step time of the batches it runs in, and a higher threshold
     // costs many more passes than tokens where recompute tokens dominate (long prompts). So
-    // when a period closes, the plan's highest threshold is the first candidate whose mean
-    // passes per arrival times the period's measured mean step time (AdvanceTo's step_seconds)
-    // is at most this fraction of the arrivals' mean SLO; the shares of the candidates above
-    // it move to it.
+    // when a period closes, the mix's mean passes per arrival times the period's measured
+    // mean step time (AdvanceTo's step_seconds) is held to this fraction of the arrivals'
+    // mean SLO: shares move from the highest candidate down to the next, one candidate at a
+    // time, the last move fractional (all on the lowest where even that is over).
     double latency_fraction = 0;
+    // The cap binds only after a period in which at least this share of the requests that
+    // finished missed their SLO (AdvanceTo's late_fraction; 0: always). Where the load leaves
+    // room, a long step time alone is no reason to give up quality.
+    double latency_miss_target = 0;
   };
   explicit ProteusMix(Options options);
 
   // Closes every period that ended by `now`; `capacity_tokens_per_second` is the cluster's
   // (accepting instances) at the token budget, `step_seconds` the mean measured time of the
   // step batches that returned in the period (0: none, no latency cap).
-  void AdvanceTo(Seconds now, double capacity_tokens_per_second, double step_seconds = 0);
+  // `late_fraction`: the share of the period's finished requests that missed their SLO.
+  void AdvanceTo(Seconds now, double capacity_tokens_per_second, double step_seconds = 0,
+                 double late_fraction = 1);
   // Counts an arrival into the current period's demand and draws its threshold, clamped to
   // [min_threshold, max_threshold] (which the caller has already made consistent).
   double OnArrival(const RequestSpec& spec, int num_blocks, double min_threshold, double max_threshold);

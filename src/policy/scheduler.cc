@@ -37,6 +37,8 @@ StatusOr<PolicyOptions> PolicyOptions::Named(const std::string& name) {
       o.proteus_change_z = 2;
       o.proteus_headroom_slo_ratio = 0.03;
       o.step_scale_weight = 0.05;
+      o.plan_latency_z = 2;
+      o.plan_latency_miss_target = 0.05;
     }
     return o;
   }
@@ -79,6 +81,7 @@ ProteusMix::Options ProteusOptionsOf(const PolicyOptions& o) {
   p.most_correct_margin = o.value_margin;
   if (o.threshold == ThresholdKind::kPlannedRescue && o.plan_latency_z > 0)
     p.latency_fraction = 1 / (1 + o.plan_latency_z * std::max(0.0, o.steps_cv));
+  p.latency_miss_target = o.plan_latency_miss_target;
   return p;
 }
 
@@ -114,6 +117,8 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(PolicyOptions options,
   if (!(options.value_margin >= 0)) return InvalidArgument("policy.value_margin: must be >= 0");
   if (!(options.plan_latency_z >= 0) || !std::isfinite(options.plan_latency_z))
     return InvalidArgument("policy.plan_latency_z: must be >= 0");
+  if (!(options.plan_latency_miss_target >= 0 && options.plan_latency_miss_target <= 1))
+    return InvalidArgument("policy.plan_latency_miss_target: must be in [0, 1]");
   if (!(options.step_scale_weight >= 0 && options.step_scale_weight <= 1))
     return InvalidArgument("policy.step_scale_weight: must be in [0, 1]");
   if (UsesProteusMix(options.threshold) &&
@@ -494,6 +499,8 @@ Status Scheduler::OnBatchDone(BatchId batch, std::span<const StepOutcome> outcom
     r.in_flight = false;
     r.batch = 0;
     if (r.Apply(o)) {
+      ++period_finished_;
+      period_late_ += now > r.deadline;
       out->finished.push_back({r.spec, now, r.steps, r.migrations, r.failures});
       Forget(r);
       continue;

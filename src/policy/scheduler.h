@@ -103,10 +103,13 @@ struct PolicyOptions {
   // (SelectThreshold, ProteusMix::Options::most_correct).
   double value_margin = 0.1;
   // The default policy's latency cap on its plan (ProteusMix::Options::latency_fraction =
-  // 1 / (1 + plan_latency_z x steps_cv)): a threshold stays in the plan only while a request
-  // that needs plan_latency_z standard deviations more steps than the mean would finish
-  // within the mean SLO at the measured step time. 0: off.
+  // 1 / (1 + plan_latency_z x steps_cv)): the plan's mean passes per request times the
+  // measured step time stays within that fraction of the mean SLO, so a request that needs
+  // plan_latency_z standard deviations more steps than the mean would still finish in time.
+  // It binds only after a period in which at least plan_latency_miss_target of the finished
+  // requests missed their SLO (0: always). `tediserve` sets 2 and 0.05; 0 turns the cap off.
   double plan_latency_z = 0;
+  double plan_latency_miss_target = 0;
   // Admission: at most this many live requests (0: no limit); an arrival over it is
   // rejected (reported in Decisions::ended with kResourceExhausted).
   int max_live_requests = 0;
@@ -363,6 +366,8 @@ class Scheduler {
   // Step batches that returned since the plan's last period, and their measured seconds.
   int64_t period_batches_ = 0;
   double period_step_seconds_ = 0;
+  int64_t period_finished_ = 0;  // requests finished in the plan's period
+  int64_t period_late_ = 0;      // of which after their deadline
 
   PolicyOptions options_;
   const LatencyProfile* profile_;

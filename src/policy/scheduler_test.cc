@@ -690,6 +690,36 @@ TEST_F(SchedulerTest, PlannedRequestsRunAtTheirPlanWhileTheyHaveSlack) {
   EXPECT_GE(checked, 40);
 }
 
+// The plan's latency cap (tediserve: plan_latency_z 2, plan_latency_miss_target 0.05): ten
+// requests at light load (the token plan is all 0.9) run in 0.1-s steps, so 0.9's 128 passes
+// take 12.8 s against 5-s SLOs. When they finish after their deadlines, the next period's plan
+// is capped to what fits (at most 50 passes: 0.6 and 0.5 only); when the same requests finish
+// in time (the engine unmasked faster than the offline estimate), the plan keeps 0.9.
+TEST_F(SchedulerTest, PlanLatencyCapBindsOnlyAfterAPeriodOfMisses) {
+  auto next_cap = [&](Seconds finish_at) {
+    Make("tediserve", 1);
+    for (RequestId id = 0; id < 10; ++id) Arrive(Spec(id, 0.0, /*slo=*/5));
+    Seconds now = 0;
+    for (int step = 0; step < 200; ++step) {
+      std::vector<StepOutcome> outcomes;
+      now += 0.1;
+      for (RequestId id = 0; id < 10; ++id) {
+        const RequestState* r = s_->Find(id);
+        if (r != nullptr && r->in_flight) outcomes.push_back(Outcome(id, false, now >= finish_at));
+      }
+      if (outcomes.empty()) break;
+      Done(0, outcomes, now);
+    }
+    for (RequestId id = 0; id < 10; ++id) EXPECT_EQ(s_->Find(id), nullptr) << "still live: " << id;
+    std::vector<Launch> out;
+    Tick(*s_, 10.0, &out);
+    Arrive(Spec(10, 10.1, /*slo=*/5));
+    return s_->Find(10)->cap;
+  };
+  EXPECT_LE(next_cap(/*finish_at=*/6.0), 0.6);  // all late
+  EXPECT_DOUBLE_EQ(next_cap(/*finish_at=*/3.0), 0.9);  // all in time
+}
+
 TEST_F(SchedulerTest, PriorityRequestsKeepTheTopThresholdAndTheOthersPayForIt) {
   // The overload of PlannedRequestsRunAtTheirPlanWhileTheyHaveSlack, with every fourth
   // request a priority one: those are planned at 0.9, and the others' mix moves lower than
@@ -970,6 +1000,9 @@ TEST_F(SchedulerCreateTest, RejectsBadOptions) {
   expect_bad(CreateWith([](PolicyOptions& o) { o.proteus_window = 0; }), "proteus_window");
   expect_bad(CreateWith([](PolicyOptions& o) { o.plan_latency_z = -1; }), "plan_latency_z");
   expect_bad(CreateWith([](PolicyOptions& o) { o.plan_latency_z = std::nan(""); }), "plan_latency_z");
+  expect_bad(CreateWith([](PolicyOptions& o) { o.plan_latency_miss_target = 1.5; }), "plan_latency_miss_target");
+  expect_bad(CreateWith([](PolicyOptions& o) { o.plan_latency_miss_target = std::nan(""); }),
+             "plan_latency_miss_target");
   expect_bad(CreateWith([](PolicyOptions& o) { o.proteus_headroom_slo_ratio = -0.1; }), "proteus_headroom_slo_ratio");
   expect_bad(CreateWith([](PolicyOptions& o) { o.proteus_headroom_slo_ratio = std::nan(""); }), "proteus_headroom_slo_ratio");
   expect_bad(CreateWith([](PolicyOptions& o) { o.value_margin = -0.5; }), "value_margin");

@@ -86,9 +86,13 @@ void Scheduler::AdvanceProteus(Seconds now) {
   }
   const double step_seconds =
       period_batches_ > 0 ? period_step_seconds_ / static_cast<double>(period_batches_) : 0;
+  const double late_fraction =
+      period_finished_ > 0 ? static_cast<double>(period_late_) / static_cast<double>(period_finished_) : 0;
   period_batches_ = 0;
   period_step_seconds_ = 0;
-  proteus_.AdvanceTo(now, capacity, step_seconds);
+  period_finished_ = 0;
+  period_late_ = 0;
+  proteus_.AdvanceTo(now, capacity, step_seconds, late_fraction);
 }
 
 }  // namespace tediserve::policy

@@ -281,7 +281,7 @@ std::vector<std::string> PolicyKeys() {
           "load_control_debounce_s", "capacity_slo_s", "capacity_concurrency", "llumnix_margin_tokens",
           "proteus_period_s", "proteus_headroom", "proteus_change_z", "proteus_window",
           "proteus_headroom_slo_ratio", "step_scale_weight", "max_live_requests",
-          "max_step_failures", "plan_latency_z"};
+          "max_step_failures", "plan_latency_z", "plan_latency_miss_target"};
 }
 
 Status ParsePolicy(const YAML::Node& n, const std::string& base, RunConfig* rc) {
@@ -333,6 +333,8 @@ Status ParsePolicy(const YAML::Node& n, const std::string& base, RunConfig* rc) 
   if (o.max_live_requests < 0) return InvalidArgument("policy.max_live_requests: must be >= 0 (0: no limit)");
   ASSIGN_OR_RETURN(o.max_step_failures, GetIntOr(n, p, "max_step_failures", 3, 1, 1000000));
   ASSIGN_OR_RETURN(o.plan_latency_z, GetDoubleOr(n, p, "plan_latency_z", o.plan_latency_z, 0, 10));
+  ASSIGN_OR_RETURN(o.plan_latency_miss_target,
+                   GetDoubleOr(n, p, "plan_latency_miss_target", o.plan_latency_miss_target, 0, 1));
   rc->sim.policy = o;
   return Status::Ok();
 }

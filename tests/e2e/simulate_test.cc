@@ -383,7 +383,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"ZeroRateWindow", "policy: {name: tediserve}", "policy: {name: tediserve, proteus_window: 0}",
                 "policy.proteus_window"},
         BadCase{"NegativeLatencyZ", "policy: {name: tediserve}", "policy: {name: tediserve, plan_latency_z: -1}",
-                "policy.plan_latency_z"}),
+                "policy.plan_latency_z"},
+        BadCase{"MissTargetOverOne", "policy: {name: tediserve}",
+                "policy: {name: tediserve, plan_latency_miss_target: 1.5}", "policy.plan_latency_miss_target"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST_F(SimulateTest, MalformedTraceNamesTheLine) {
