@@ -183,66 +183,52 @@ TEST(ProteusMixTest, ChangeAwareRateAveragesASteadyLoadAndFollowsAJump) {
   EXPECT_NEAR(p.rate(), after_jump + (4.0 - after_jump) / 3, 1e-12);
 }
 
-// The latency cap: passes at 0.9 .. 0.5 are 128, 100, 80, 64, 32 per request. With 10-s SLOs
-// and a fraction of 0.5 the limit is 5 s: at 50-ms steps at most 100 passes on average, so
-// 0.9's share moves to 0.8 (100 exactly), whatever the capacity allows; at 60-ms steps (83.3
-// passes) 0.8's share moves on to 0.7 until the mean fits: 1/6 at 0.8, 5/6 at 0.7. Without a
-// measured step nothing changes; where even the lowest is over the limit the plan is the lowest.
-TEST(ProteusMixTest, LatencyCapHoldsTheMixsMeanPassesWithinTheSlo) {
-  auto run = [](double fraction, double step_seconds) {
-    ProteusMix::Options o = MakeOptions(kConcave, false);
-    o.latency_fraction = fraction;
-    ProteusMix p(o);
-    for (RequestId id = 0; id < 20; ++id) {
-      RequestSpec s = Spec(id);
-      s.slo = 10;
-      p.OnArrival(s, 8, 0, 1);
-    }
-    p.AdvanceTo(10.0, 1e9, step_seconds);  // capacity for anything: the plan alone is all 0.9
-    return p.mix();
-  };
-  EXPECT_EQ(run(0, 0.05), (std::vector<double>{1, 0, 0, 0, 0}));    // off
-  EXPECT_EQ(run(0.5, 0), (std::vector<double>{1, 0, 0, 0, 0}));     // no step measured
-  EXPECT_EQ(run(0.5, 0.05), (std::vector<double>{0, 1, 0, 0, 0}));  // 0.9 out, 0.8 fits
-  const std::vector<double> at60 = run(0.5, 0.06);
-  ASSERT_EQ(at60.size(), 5u);
-  EXPECT_EQ(at60[0], 0);
-  EXPECT_NEAR(at60[1], 1.0 / 6, 1e-9);
-  EXPECT_NEAR(at60[2], 5.0 / 6, 1e-9);
-  EXPECT_EQ(at60[3] + at60[4], 0);
-  EXPECT_EQ(run(0.5, 0.2), (std::vector<double>{0, 0, 0, 0, 1}));   // none fits: the lowest
-  // A mix the capacity calls for whose mean already fits stays as it is: 0.7-0.6.
+// Twenty arrivals with 10-s SLOs in the first period; returns the plan after it closes with
+// the given capacity, measured step time and late share.
+std::vector<double> CappedMix(double fraction, double capacity, double step_seconds, double target = 0,
+                              double late_fraction = 1) {
   ProteusMix::Options o = MakeOptions(kConcave, false);
-  o.latency_fraction = 0.5;
+  o.latency_fraction = fraction;
+  o.latency_miss_target = target;
   ProteusMix p(o);
   for (RequestId id = 0; id < 20; ++id) {
     RequestSpec s = Spec(id);
     s.slo = 10;
     p.OnArrival(s, 8, 0, 1);
   }
-  p.AdvanceTo(10.0, 10000, 0.05);
-  EXPECT_EQ(p.mix()[0], 0);
-  EXPECT_EQ(p.mix()[1], 0);
-  EXPECT_NEAR(p.mix()[2] + p.mix()[3], 1, 1e-12);
-  EXPECT_GT(p.mix()[2], 0);
+  p.AdvanceTo(10.0, capacity, step_seconds, late_fraction);
+  return p.mix();
+}
+
+// The latency cap: passes at 0.9 .. 0.5 are 128, 100, 80, 64, 32 per request. With 10-s SLOs
+// and a fraction of 0.5 the limit is 5 s: at 50-ms steps at most 100 passes on average, so
+// 0.9's share moves to 0.8 (100 exactly), whatever the capacity allows; at 60-ms steps (83.3
+// passes) 0.8's share moves on to 0.7 until the mean fits: 1/6 at 0.8, 5/6 at 0.7. Without a
+// measured step nothing changes; where even the lowest is over the limit the plan is the lowest.
+TEST(ProteusMixTest, LatencyCapHoldsTheMixsMeanPassesWithinTheSlo) {
+  const double any = 1e9;  // capacity for anything: the plan alone is all 0.9
+  EXPECT_EQ(CappedMix(0, any, 0.05), (std::vector<double>{1, 0, 0, 0, 0}));    // off
+  EXPECT_EQ(CappedMix(0.5, any, 0), (std::vector<double>{1, 0, 0, 0, 0}));     // no step measured
+  EXPECT_EQ(CappedMix(0.5, any, 0.05), (std::vector<double>{0, 1, 0, 0, 0}));  // 0.9 out, 0.8 fits
+  const std::vector<double> at60 = CappedMix(0.5, any, 0.06);
+  ASSERT_EQ(at60.size(), 5u);
+  EXPECT_EQ(at60[0], 0);
+  EXPECT_NEAR(at60[1], 1.0 / 6, 1e-9);
+  EXPECT_NEAR(at60[2], 5.0 / 6, 1e-9);
+  EXPECT_EQ(at60[3] + at60[4], 0);
+  EXPECT_EQ(CappedMix(0.5, any, 0.2), (std::vector<double>{0, 0, 0, 0, 1}));  // none fits: the lowest
+  // A mix the capacity calls for whose mean already fits stays as it is: 0.7-0.6.
+  const std::vector<double> mix = CappedMix(0.5, 10000, 0.05);
+  EXPECT_EQ(mix[0], 0);
+  EXPECT_EQ(mix[1], 0);
+  EXPECT_NEAR(mix[2] + mix[3], 1, 1e-12);
+  EXPECT_GT(mix[2], 0);
 }
 
 // With a miss target the cap binds only after a period in which at least that share of the
 // finished requests missed their SLO.
 TEST(ProteusMixTest, LatencyCapWithAMissTargetBindsOnlyAfterMisses) {
-  auto run = [](double target, double late_fraction) {
-    ProteusMix::Options o = MakeOptions(kConcave, false);
-    o.latency_fraction = 0.5;
-    o.latency_miss_target = target;
-    ProteusMix p(o);
-    for (RequestId id = 0; id < 20; ++id) {
-      RequestSpec s = Spec(id);
-      s.slo = 10;
-      p.OnArrival(s, 8, 0, 1);
-    }
-    p.AdvanceTo(10.0, 1e9, 0.05, late_fraction);
-    return p.mix();
-  };
+  const auto run = [](double target, double late_fraction) { return CappedMix(0.5, 1e9, 0.05, target, late_fraction); };
   EXPECT_EQ(run(0, 0), (std::vector<double>{0, 1, 0, 0, 0}));        // no target: always
   EXPECT_EQ(run(0.05, 0.01), (std::vector<double>{1, 0, 0, 0, 0}));  // few misses: the plan
   EXPECT_EQ(run(0.05, 0.05), (std::vector<double>{0, 1, 0, 0, 0}));  // at the target: capped
