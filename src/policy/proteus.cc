@@ -108,7 +108,6 @@ void ProteusMix::AdvanceTo(Seconds now, double capacity_tokens_per_second, doubl
       double passes = 0;
       for (size_t k = 0; k < n; ++k) passes += mix[k] * pass_sum_[k];
       for (size_t k = 0; k + 1 < n && passes > max_passes * (1 + 1e-12); ++k) {
-        if (mix[k] == 0) continue;
         const double saving = pass_sum_[k] - pass_sum_[k + 1];  // per unit of share moved
         const double moved = saving > 0 ? std::min(mix[k], (passes - max_passes) / saving) : mix[k];
         mix[k] -= moved;
