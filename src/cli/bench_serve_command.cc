@@ -312,6 +312,44 @@ std::vector<loadgen::RequestResult> RunProbes(const Context& ctx, const Target& 
   return out;
 }
 
+// --slo-basis live: the latency alone as this server delivers it. After the warm-up, solo
+// requests one at a time (as the fidelity probes); the factor is the median of each one's
+// measured latency over the profile's latency alone for its lengths.
+struct LatencyAlone {
+  double factor = 1;
+  double mean_s = 0;
+  int ok = 0;
+};
+
+StatusOr<LatencyAlone> MeasureLatencyAlone(const Context& ctx, const Target& t, const loadgen::SloOptions& so,
+                                           int output_len) {
+  Warmup(ctx, t);
+  const auto plan = fidelity::ProbePlan(ctx.problems->size(), ctx.args->slo_probes, output_len);
+  const auto results = RunProbes(ctx, t, plan);
+  std::vector<double> ratios;
+  LatencyAlone out;
+  std::string first_error;
+  for (const auto& r : results) {
+    if (r.http_status != 200) {
+      if (first_error.empty()) first_error = "HTTP " + std::to_string(r.http_status) + " " + r.error;
+      continue;
+    }
+    const auto& prob = (*ctx.problems)[r.problem];
+    const double alone = loadgen::ProfileSoloLatency(so, static_cast<int>(prob.ids.size()), output_len);
+    if (!(alone > 0)) continue;
+    ratios.push_back(r.latency_s / alone);
+    out.mean_s += r.latency_s;
+  }
+  if (ratios.size() * 2 < results.size() || ratios.empty())
+    return Unavailable("only " + std::to_string(ratios.size()) + " of " + std::to_string(results.size()) +
+                       " solo requests were answered (" + first_error + ")");
+  out.ok = static_cast<int>(ratios.size());
+  out.mean_s /= static_cast<double>(ratios.size());
+  std::nth_element(ratios.begin(), ratios.begin() + static_cast<std::ptrdiff_t>(ratios.size() / 2), ratios.end());
+  out.factor = ratios[ratios.size() / 2];
+  return out;
+}
+
 RunResult RunLoad(const Context& ctx, const Target& t, const RunSpec& spec,
                   const std::vector<loadgen::PlannedRequest>& plan,
                   const std::vector<loadgen::PlannedRequest>* probes = nullptr) {
@@ -901,6 +939,12 @@ CLI::App* AddBenchServeCommand(CLI::App& app, BenchServeArgs* a) {
   b->add_option("--slo-ms", a->slo_ms, "every request's SLO in ms (default: --slo-scale)")->check(CLI::Range(1e-3, 3.6e6));
   b->add_option("--slo-scale", a->slo_scale, "SLO = this x the request's latency alone (0: send none) [10]")
       ->check(CLI::Range(0.0, 1e6));
+  b->add_option("--slo-basis", a->slo_basis,
+                 "--slo-scale's latency alone: live (measured on the server before the runs, solo requests) or "
+                 "profile (the latency profile's) [live]")
+      ->check(CLI::IsMember({"live", "profile"}));
+  b->add_option("--slo-probes", a->slo_probes, "--slo-basis live: solo requests that measure the latency alone [10]")
+      ->check(CLI::Range(1, 1000));
   b->add_option("--profile", a->profile, "latency profile CSV for --slo-scale (default: the model's, as serve)");
   b->add_option("--calibration", a->calibration, "calibration JSON for --slo-scale (default: the model's)");
   b->add_option("--max-tokens", a->max_tokens, "max_tokens of every request (default: not sent, the model's)")
@@ -995,6 +1039,10 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
     return ReportError(InvalidArgument("--minutes-per-hour applies to --burstgpt"));
   if (cmd.count("--slo-ms") && cmd.count("--slo-scale"))
     return ReportError(InvalidArgument("give one of --slo-ms and --slo-scale"));
+  if ((cmd.count("--slo-basis") || cmd.count("--slo-probes")) && (a.slo_ms > 0 || a.slo_scale == 0))
+    return ReportError(InvalidArgument("--slo-basis and --slo-probes apply to --slo-scale (not --slo-ms or scale 0)"));
+  if (cmd.count("--slo-probes") && a.slo_basis != "live")
+    return ReportError(InvalidArgument("--slo-probes applies to --slo-basis live"));
   if (a.rates.size() > 64) return ReportError(InvalidArgument("--rate: at most 64 rates"));
 
   Target target;
@@ -1083,22 +1131,98 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
     probe_plan = fidelity::ProbePlan(problems->size(), a.fidelity_probes, output_len);
   }
 
-  // ---- The runs: one plan per rate (identical for every policy).
+  // ---- The arrivals of each rate (inputs checked before any server is reached).
   std::vector<double> rates = a.rates;
   if (rates.empty()) rates.push_back(0);
-  struct Planned {
-    double rate;
-    std::vector<loadgen::PlannedRequest> plan;
-  };
-  std::vector<Planned> plans;
+  std::vector<std::vector<policy::RequestSpec>> arrivals;
   for (double rate : rates) {
     loadgen::ArrivalOptions o = ao;
     o.rate = rate;
     auto arr = loadgen::Arrivals(o);
     if (!arr.ok()) return ReportError(arr.status());
-    auto plan = loadgen::Plan(*arr, *problems, output_len, so, a.seed);
+    arrivals.push_back(std::move(arr).value());
+  }
+
+  Context ctx;
+  ctx.args = &a;
+  ctx.problems = &*problems;
+  ctx.stderr_tty = isatty(2);
+  TempDir tmp("tedi_bench_serve");
+  int instances = 0;  // --policies: workers each server must have up
+  if (!a.policies.empty()) {
+    if (!a.layout.empty()) {
+      auto l = IntList(a.layout, "--layout");
+      if (!l.ok()) return ReportError(l.status());
+      instances = static_cast<int>(l->size());
+    } else if (!a.cores.empty()) {
+      auto c = IntList(a.cores, "--cores");
+      if (!c.ok()) return ReportError(c.status());
+      instances = static_cast<int>(c->size());
+    } else {
+      instances = std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+    }
+  }
+  const auto server_args = [&](const std::string& pol) {
+    std::vector<std::string> args = {serve::SelfExe(), "serve", "--policy", pol, "--model", a.model_dir};
+    if (!a.layout.empty()) args.insert(args.end(), {"--layout", a.layout});
+    if (!a.cores.empty()) args.insert(args.end(), {"--cores", a.cores});
+    if (a.no_cache) args.push_back("--no-cache");
+    if (a.profile.size()) args.insert(args.end(), {"--profile", a.profile});
+    if (a.calibration.size()) args.insert(args.end(), {"--calibration", a.calibration});
+    if (!a.api_key.empty()) args.insert(args.end(), {"--api-key", a.api_key});
+    args.insert(args.end(), a.serve_args.begin(), a.serve_args.end());
+    return args;
+  };
+  if (a.policies.empty()) {
+    {
+      httplib::Client c(target.host, target.port);
+      c.set_connection_timeout(5, 0);
+      c.set_read_timeout(10, 0);
+      auto h = c.Get("/health");
+      if (!h) return ReportError(Unavailable("cannot reach " + target.Url() + ": " + httplib::to_string(h.error()) +
+                                             " (start `tediserve serve`, or give --url or --policies)"));
+      if (h->status != 200)
+        return ReportError(Unavailable(target.Url() + "/health answers HTTP " + std::to_string(h->status) + ": " +
+                                       h->body.substr(0, 200)));
+    }
+  }
+
+  // ---- The latency alone on this server (--slo-basis live): one measurement before every
+  // run, so that every policy and round is judged against the same SLOs.
+  double solo_live_ms = 0;
+  if (so.scale > 0 && a.slo_basis == "live") {
+    ServerProcess server;
+    Target t = target;
+    if (!a.policies.empty()) {
+      const fs::path dir = tmp.path() / "latency_alone";
+      std::error_code ec;
+      fs::create_directories(dir, ec);
+      if (!a.quiet) std::cerr << "[latency alone] starting tediserve serve --policy " << a.policies.front() << "\n";
+      Status s = server.Start(server_args(a.policies.front()), dir, a.server_start_timeout_s, instances);
+      if (!s.ok()) return ReportError(s.WithContext("--slo-basis live"));
+      t = server.target();
+    }
+    auto m = MeasureLatencyAlone(ctx, t, so, output_len);
+    server.Stop();
+    if (!m.ok()) return ReportError(m.status().WithContext("--slo-basis live"));
+    so.live_factor = m->factor;
+    solo_live_ms = 1e3 * m->mean_s;
+    if (!a.quiet)
+      std::cerr << "[latency alone] " << m->ok << " solo requests: mean " << Fixed(solo_live_ms, 2) << " ms, "
+                << Fixed(so.live_factor, 2) << " x the profile's (SLOs = " << Fixed(so.scale, 3 - (so.scale >= 10))
+                << " x that)\n";
+  }
+
+  // ---- The runs: one plan per rate (identical for every policy).
+  struct Planned {
+    double rate;
+    std::vector<loadgen::PlannedRequest> plan;
+  };
+  std::vector<Planned> plans;
+  for (size_t i = 0; i < rates.size(); ++i) {
+    auto plan = loadgen::Plan(arrivals[i], *problems, output_len, so, a.seed);
     if (!plan.ok()) return ReportError(plan.status());
-    plans.push_back({rate, std::move(plan).value()});
+    plans.push_back({rates[i], std::move(plan).value()});
   }
   if (!a.trace_out.empty()) {
     // One file per rate: NAME_rRATE.EXT when there are several.
@@ -1118,56 +1242,25 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
     if (ec) return ReportError(IoError("--plots " + a.plots_dir + ": " + ec.message()));
   }
 
-  Context ctx;
-  ctx.args = &a;
-  ctx.problems = &*problems;
-  ctx.stderr_tty = isatty(2);
   std::vector<RunResult> runs;
-  TempDir tmp("tedi_bench_serve");
   if (a.policies.empty()) {
-    {
-      httplib::Client c(target.host, target.port);
-      c.set_connection_timeout(5, 0);
-      c.set_read_timeout(10, 0);
-      auto h = c.Get("/health");
-      if (!h) return ReportError(Unavailable("cannot reach " + target.Url() + ": " + httplib::to_string(h.error()) +
-                                             " (start `tediserve serve`, or give --url or --policies)"));
-      if (h->status != 200)
-        return ReportError(Unavailable(target.Url() + "/health answers HTTP " + std::to_string(h->status) + ": " +
-                                       h->body.substr(0, 200)));
-    }
     for (int round = 1; round <= a.repeat; ++round)
       for (const auto& p : plans) runs.push_back(RunLoad(ctx, target, {"server", p.rate, round, a.repeat}, p.plan));
   } else {
-    int instances = 0;
-    if (!a.layout.empty()) {
-      auto l = IntList(a.layout, "--layout");
-      if (!l.ok()) return ReportError(l.status());
-      instances = static_cast<int>(l->size());
-    } else if (!a.cores.empty()) {
-      auto c = IntList(a.cores, "--cores");
-      if (!c.ok()) return ReportError(c.status());
-      instances = static_cast<int>(c->size());
-    } else {
-      instances = std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
-    }
     // Rounds outermost, policies innermost: on a shared machine each policy sees the same
-    // stretch of background load as the others, as nearly as can be.
+    // stretch of background load as the others, as nearly as can be; each round starts one
+    // policy later than the one before, so that no policy always runs at the same place in
+    // a round (the machine's speed can follow the round's rhythm).
+    const size_t npol = a.policies.size();
     for (int round = 1; round <= a.repeat; ++round)
     for (const auto& p : plans) {
-      for (const auto& pol : a.policies) {
+      for (size_t k = 0; k < npol; ++k) {
+        const std::string& pol = a.policies[(k + static_cast<size_t>(round - 1)) % npol];
         RunSpec spec{pol, p.rate, round, a.repeat};
         const fs::path dir = a.plots_dir.empty() ? tmp.path() / spec.Name() : fs::path(a.plots_dir) / spec.Name();
         std::error_code ec;
         fs::create_directories(dir, ec);
-        std::vector<std::string> args = {serve::SelfExe(), "serve", "--policy", pol, "--model", a.model_dir};
-        if (!a.layout.empty()) args.insert(args.end(), {"--layout", a.layout});
-        if (!a.cores.empty()) args.insert(args.end(), {"--cores", a.cores});
-        if (a.no_cache) args.push_back("--no-cache");
-        if (a.profile.size()) args.insert(args.end(), {"--profile", a.profile});
-        if (a.calibration.size()) args.insert(args.end(), {"--calibration", a.calibration});
-        if (!a.api_key.empty()) args.insert(args.end(), {"--api-key", a.api_key});
-        args.insert(args.end(), a.serve_args.begin(), a.serve_args.end());
+        const std::vector<std::string> args = server_args(pol);
         if (!a.quiet) std::cerr << "[" << pol << "] starting tediserve serve --policy " << pol << "\n";
         ServerProcess server;
         Status s = server.Start(args, dir, a.server_start_timeout_s, instances);
@@ -1191,6 +1284,14 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
     }
   }
 
+  if (so.scale > 0)
+    std::printf("SLO of each request: %s x its latency alone, %s\n", Fixed(so.scale, 2).c_str(),
+                a.slo_basis == "live"
+                    ? ("measured on the server: " + Fixed(solo_live_ms, 2) + " ms mean over " +
+                       std::to_string(a.slo_probes) + " solo requests, " + Fixed(so.live_factor, 2) +
+                       " x the latency profile's")
+                          .c_str()
+                    : "from the latency profile");
   PrintTable(runs, a.goodput_target);
   if (a.fidelity) PrintFidelity(runs, fsetup.profile_csv);
   if (!a.plots_dir.empty()) {
@@ -1206,6 +1307,11 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
     j["arrivals"] = {{"type", ao.type}, {"file", ao.file}, {"cv", ao.cv}, {"requests", ao.requests},
                      {"duration_s", ao.duration_s}};
     j["slo"] = {{"fixed_ms", so.fixed_ms}, {"scale", so.scale}};
+    if (so.scale > 0) {
+      j["slo"]["basis"] = a.slo_basis;
+      j["slo"]["live_factor"] = so.live_factor;
+      if (solo_live_ms > 0) j["slo"]["latency_alone_mean_ms"] = solo_live_ms;
+    }
     j["output_len"] = output_len;
     j["goodput_target"] = a.goodput_target;
     j["runs"] = json::array();

@@ -32,6 +32,11 @@ struct BenchServeArgs {
   uint64_t seed = 1;
   double slo_ms = 0;
   double slo_scale = 10;
+  // --slo-scale's latency alone: "live" measures it on the server before the runs (solo
+  // requests; the profile's times scaled by the median measured / profiled ratio), "profile"
+  // takes the latency profile's as it is.
+  std::string slo_basis = "live";
+  int slo_probes = 10;
   std::string profile, calibration;
   int max_tokens = 0;
   int connections = 512;          // serve's --http-threads default

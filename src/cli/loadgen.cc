@@ -150,6 +150,13 @@ std::vector<size_t> ProblemOrder(size_t problems, size_t n, uint64_t seed) {
   return out;
 }
 
+double ProfileSoloLatency(const SloOptions& slo, int prompt_len, int output_len) {
+  policy::RequestSpec s;
+  s.prompt_len = prompt_len;
+  s.output_len = output_len;
+  return host::SoloLatency(s, *slo.profile, slo.solo_tp, slo.block_size, slo.cache, slo.tokens_per_step);
+}
+
 StatusOr<std::vector<PlannedRequest>> Plan(const std::vector<policy::RequestSpec>& arrivals,
                                            const std::vector<engine::TaskProblem>& problems, int output_len,
                                            const SloOptions& slo, uint64_t seed) {
@@ -158,6 +165,8 @@ StatusOr<std::vector<PlannedRequest>> Plan(const std::vector<policy::RequestSpec
   const bool by_scale = !(slo.fixed_ms > 0) && slo.scale > 0;
   if (by_scale && (slo.profile == nullptr || slo.block_size < 1 || !(slo.tokens_per_step > 0)))
     return InvalidArgument("--slo-scale needs the model's latency profile and calibration");
+  if (by_scale && !(slo.live_factor > 0 && std::isfinite(slo.live_factor)))
+    return InvalidArgument("the measured latency alone must be a positive factor of the profile's");
   const std::vector<size_t> order = ProblemOrder(problems.size(), arrivals.size(), seed);
   std::vector<PlannedRequest> out;
   out.reserve(arrivals.size());
@@ -177,11 +186,7 @@ StatusOr<std::vector<PlannedRequest>> Plan(const std::vector<policy::RequestSpec
       if (slo.fixed_ms > 0) {
         r.slo_s = slo.fixed_ms / 1000;
       } else if (by_scale) {
-        policy::RequestSpec s;
-        s.prompt_len = r.prompt_len;
-        s.output_len = r.output_len;
-        r.slo_s = slo.scale *
-                  host::SoloLatency(s, *slo.profile, slo.solo_tp, slo.block_size, slo.cache, slo.tokens_per_step);
+        r.slo_s = slo.scale * slo.live_factor * ProfileSoloLatency(slo, r.prompt_len, r.output_len);
       }
       r.slo_s *= a.slo_factor;
     }

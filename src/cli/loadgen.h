@@ -61,7 +61,13 @@ struct SloOptions {
   int block_size = 0;
   bool cache = true;
   double tokens_per_step = 0;  // the calibration's at the policy's top threshold
+  // The latency alone measured on the server over the profile's (1: the profile as it is).
+  double live_factor = 1;
 };
+
+// The latency alone of a request of these lengths as `SloOptions` prices it from the profile
+// (before live_factor).
+double ProfileSoloLatency(const SloOptions& slo, int prompt_len, int output_len);
 
 struct PlannedRequest {
   int64_t id = 0;

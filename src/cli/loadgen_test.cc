@@ -169,6 +169,20 @@ TEST(LoadgenPlan, SloFixedScaledAndFromTheTrace) {
   EXPECT_EQ((*p)[0].prompt_len, static_cast<int>(problems[(*p)[0].problem].ids.size()));
   EXPECT_GT((*p)[0].slo_s, 0);
 
+  // The latency alone measured on the server scales every scaled SLO (not fixed or trace ones).
+  SloOptions live = scaled;
+  live.live_factor = 3.5;
+  auto pl = Plan(arr, problems, 8, live, 1);
+  ASSERT_TRUE(pl.ok());
+  EXPECT_DOUBLE_EQ((*pl)[0].slo_s, 3.5 * (*p)[0].slo_s);
+  EXPECT_DOUBLE_EQ((*pl)[1].slo_s, 3.5 * (*p)[1].slo_s);
+  EXPECT_DOUBLE_EQ((*pl)[2].slo_s, 0.5);
+  EXPECT_DOUBLE_EQ(ProfileSoloLatency(scaled, s.prompt_len, 8), host::SoloLatency(s, *prof, 1, 8, true, 4));
+  for (double bad : {0.0, -1.0, std::nan("")}) {
+    live.live_factor = bad;
+    EXPECT_FALSE(Plan(arr, problems, 8, live, 1).ok()) << bad;
+  }
+
   SloOptions none;
   none.scale = 0;
   p = Plan(arr, problems, 8, none, 1);

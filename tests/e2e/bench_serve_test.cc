@@ -199,6 +199,11 @@ TEST(BenchServeTest, LoadAgainstARunningServerAddsUpAndGrades) {
   EXPECT_THAT(r.out, HasSubstr("attain"));
   EXPECT_THAT(r.out, HasSubstr("Scheduler overhead"));
   EXPECT_THAT(r.err, HasSubstr("[server @ 40.00] 30 requests, attainment"));
+  // SLOs = 10 x the latency alone measured on the server (solo requests before the run).
+  EXPECT_EQ(j["slo"]["basis"], "live");
+  EXPECT_GT(j["slo"]["live_factor"].get<double>(), 0);
+  EXPECT_GT(j["slo"]["latency_alone_mean_ms"].get<double>(), 0);
+  EXPECT_THAT(r.out, HasSubstr("measured on the server"));
   // What was sent, as a simulator trace: one row per request.
   std::ifstream t(trace);
   int rows = 0;
@@ -214,9 +219,17 @@ TEST(BenchServeTest, LoadAgainstARunningServerAddsUpAndGrades) {
   // The same seed gives the same arrivals and prompts.
   const std::string js2 = d.File("again.json");
   r = RunCli({"bench-serve", "--url", server.Url(), "--rate", "40", "--requests", "5", "--seed", "3", "--warmup", "0",
-           "--quiet", "--json", js2});
+           "--quiet", "--slo-basis", "profile", "--json", js2});
   ASSERT_EQ(r.code, 0) << r.Describe();
   const json j2 = json::parse(Slurp(js2));
+  // --slo-basis profile: the profile's latency alone as it is, so the SLOs are the first
+  // run's over its measured factor.
+  EXPECT_EQ(j2["slo"]["basis"], "profile");
+  EXPECT_EQ(j2["slo"]["live_factor"].get<double>(), 1.0);
+  const double factor = j["slo"]["live_factor"].get<double>();
+  for (size_t i = 0; i < 5; ++i)
+    EXPECT_NEAR(j2["runs"][0]["requests"][i]["slo_s"].get<double>() * factor,
+                j["runs"][0]["requests"][i]["slo_s"].get<double>(), 1e-9);
   for (size_t i = 0; i < 5; ++i) {
     EXPECT_EQ(j2["runs"][0]["requests"][i]["planned_s"], j["runs"][0]["requests"][i]["planned_s"]);
     EXPECT_EQ(j2["runs"][0]["requests"][i]["problem"], j["runs"][0]["requests"][i]["problem"]);
@@ -231,9 +244,9 @@ TEST(BenchServeTest, ComparesPoliciesOnIdenticalArrivals) {
                      "--layout", "1,1", "--cores", "0,0", "--warmup", "2", "--repeat", "2", "--json", js});
   ASSERT_EQ(r.code, 0) << r.Describe();
   const json j = json::parse(Slurp(js));
-  // Rounds outermost, policies interleaved within each.
+  // Rounds outermost, policies interleaved within each, each round starting one policy later.
   ASSERT_EQ(j["runs"].size(), 4u);
-  const std::vector<std::pair<std::string, int>> order = {{"tediserve", 1}, {"infaas", 1}, {"tediserve", 2}, {"infaas", 2}};
+  const std::vector<std::pair<std::string, int>> order = {{"tediserve", 1}, {"infaas", 1}, {"infaas", 2}, {"tediserve", 2}};
   for (size_t k = 0; k < 4; ++k) {
     EXPECT_EQ(j["runs"][k]["policy"], order[k].first);
     EXPECT_EQ(j["runs"][k]["round"], order[k].second);
@@ -337,6 +350,11 @@ TEST(BenchServeTest, BadFlagsAreClearErrors) {
       {{"bench-serve", "--trace", "/nonexistent/t.csv", "--rate", "3"}, "--rate"},
       {{"bench-serve", "--rate", "2", "--requests", "5", "--model", "/nonexistent"}, "--model"},
       {{"bench-serve", "--rate", "2", "--requests", "5", "--slo-ms", "10", "--slo-scale", "3"}, "one of --slo-ms"},
+      {{"bench-serve", "--rate", "2", "--requests", "5", "--slo-basis", "guess"}, "--slo-basis"},
+      {{"bench-serve", "--rate", "2", "--requests", "5", "--slo-basis", "live", "--slo-ms", "10"}, "apply to --slo-scale"},
+      {{"bench-serve", "--rate", "2", "--requests", "5", "--slo-basis", "profile", "--slo-probes", "3"},
+       "--slo-probes applies to --slo-basis live"},
+      {{"bench-serve", "--rate", "2", "--requests", "5", "--slo-probes", "0"}, "--slo-probes"},
       {{"bench-serve", "--rate", "2", "--requests", "0"}, "--requests"},
       {{"bench-serve", "--rate", "2", "--requests", "5", "--connections", "0"}, "--connections"},
       {{"bench-serve", "--rate", "2", "--requests", "5", "--frobnicate"}, "frobnicate"},
