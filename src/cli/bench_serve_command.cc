@@ -350,6 +350,65 @@ StatusOr<LatencyAlone> MeasureLatencyAlone(const Context& ctx, const Target& t, 
   return out;
 }
 
+// --load-factor: the capacity as this server delivers it. A closed loop keeps
+// --capacity-concurrency requests in flight (held-out problems, a 60-s SLO each, so that no
+// policy sheds them) for --capacity-seconds. Requests started together finish in waves, so
+// answers per second over a few seconds are coarse; the capacity is instead the request
+// steps the server ran per second after the first third (the ramp; two scrapes of
+// /metrics) over the mean steps of the requests answered. Requests still in flight at the
+// end are waited for.
+StatusOr<double> MeasureCapacity(const Context& ctx, const Target& t, int output_len) {
+  const BenchServeArgs& a = *ctx.args;
+  const size_t n = ctx.problems->size();
+  const auto t0 = Clock::now();
+  const double end = a.capacity_seconds, ramp = end / 3;
+  std::atomic<int64_t> next{0}, failed{0};
+  std::mutex mu;
+  double steps_sum = 0;
+  int64_t answered = 0;
+  std::vector<std::thread> threads;
+  for (int k = 0; k < a.capacity_concurrency; ++k) {
+    threads.emplace_back([&] {
+      httplib::Client c = MakeClient(t, a.timeout_s, a.api_key);
+      while (Since(t0) < end) {
+        loadgen::PlannedRequest p;
+        p.problem = static_cast<size_t>(next.fetch_add(1)) * 37 % n;
+        p.output_len = output_len;
+        p.slo_s = 60;
+        const auto& prob = (*ctx.problems)[p.problem];
+        auto res = c.Post("/v1/completions", loadgen::RequestBody(p, prob.prompt, a.max_tokens).dump(), "application/json");
+        if (!res) {
+          ++failed;
+          return;  // the server is gone or the connection broke: this sender stops
+        }
+        loadgen::RequestResult r;
+        loadgen::ReadResponse(res->status, res->body, prob.answer, &r);
+        if (res->status != 200 || r.steps <= 0) {
+          ++failed;
+          continue;
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        steps_sum += r.steps;
+        ++answered;
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(ramp));
+  auto before = Scrape(t);
+  const double t1 = Since(t0);
+  std::this_thread::sleep_for(std::chrono::duration<double>(std::max(0.0, end - t1)));
+  auto after = Scrape(t);
+  const double t2 = Since(t0);
+  for (auto& th : threads) th.join();
+  if (!before.ok() || !after.ok()) return (before.ok() ? after.status() : before.status());
+  if (answered == 0)
+    return Unavailable("no request was answered within " + Fixed(end, 1) + " s (" + std::to_string(failed.load()) +
+                       " failed)");
+  const double steps = loadgen::OverheadBetween(*before, *after).request_steps;
+  if (!(steps > 0)) return Unavailable("the server ran no request steps while the capacity was measured");
+  return steps / (t2 - t1) / (steps_sum / static_cast<double>(answered));
+}
+
 RunResult RunLoad(const Context& ctx, const Target& t, const RunSpec& spec,
                   const std::vector<loadgen::PlannedRequest>& plan,
                   const std::vector<loadgen::PlannedRequest>* probes = nullptr) {
@@ -628,6 +687,16 @@ void PrintTable(const std::vector<RunResult>& runs, double target) {
                   "to the loop %.3f)\n",
                   "", o.step_ms, 1000 * legs / o.batches, 1000 * o.to_worker_s / o.batches, 1000 * o.in_worker_s / o.batches,
                   1000 * o.from_worker_s / o.batches, 1000 * o.to_loop_s / o.batches);
+    // The machine's speed during the run: where every policy turns requests away, answered
+    // requests (and accuracy over all requests) follow it.
+    double tokens = 0, elapsed = 0;
+    for (const auto& c : o.step_sizes) {
+      tokens += c.tokens;
+      elapsed += c.elapsed_s;
+    }
+    if (tokens > 0)
+      std::printf("  %-24s launch to result per batch token: %.4f ms (the machine's speed during the run)\n", "",
+                  1000 * elapsed / tokens);
   }
   // Repeated rounds: the mean of each policy and rate.
   const std::vector<loadgen::Aggregate> agg = Aggregates(runs);
@@ -939,6 +1008,16 @@ CLI::App* AddBenchServeCommand(CLI::App& app, BenchServeArgs* a) {
   b->add_option("--slo-ms", a->slo_ms, "every request's SLO in ms (default: --slo-scale)")->check(CLI::Range(1e-3, 3.6e6));
   b->add_option("--slo-scale", a->slo_scale, "SLO = this x the request's latency alone (0: send none) [10]")
       ->check(CLI::Range(0.0, 1e6));
+  b->add_option("--load-factor", a->load_factors,
+                 "instead of --rate: rates as these multiples of the capacity measured on the server first "
+                 "(e.g. 1.3,2: 1.3 and 2 x capacity)")
+      ->delimiter(',')
+      ->check(CLI::Range(1e-3, 100.0));
+  b->add_option("--capacity-concurrency", a->capacity_concurrency,
+                "--load-factor: requests kept in flight while the capacity is measured [64]")
+      ->check(CLI::Range(1, 4096));
+  b->add_option("--capacity-seconds", a->capacity_seconds, "--load-factor: seconds the capacity is measured over [6]")
+      ->check(CLI::Range(2.0, 600.0));
   b->add_option("--slo-basis", a->slo_basis,
                  "--slo-scale's latency alone: live (measured on the server before the runs, solo requests) or "
                  "profile (the latency profile's) [live]")
@@ -1028,7 +1107,9 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
     ao.file = a.burstgpt;
   } else {
     ao.type = a.arrivals;
-    if (a.rates.empty()) return ReportError(InvalidArgument("--rate is required (requests/s; a list sweeps)"));
+    if (a.rates.empty() == a.load_factors.empty())
+      return ReportError(InvalidArgument(a.rates.empty() ? "--rate is required (requests/s; a list sweeps), or --load-factor"
+                                                         : "give one of --rate and --load-factor"));
     if ((a.requests > 0) == (a.duration_s > 0))
       return ReportError(InvalidArgument("give exactly one of --requests and --duration"));
     if (ao.type != "gamma" && cmd.count("--cv")) return ReportError(InvalidArgument("--cv applies to --arrivals gamma"));
@@ -1044,6 +1125,11 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
   if (cmd.count("--slo-probes") && a.slo_basis != "live")
     return ReportError(InvalidArgument("--slo-probes applies to --slo-basis live"));
   if (a.rates.size() > 64) return ReportError(InvalidArgument("--rate: at most 64 rates"));
+  if (a.load_factors.size() > 64) return ReportError(InvalidArgument("--load-factor: at most 64 factors"));
+  if (!a.load_factors.empty() && files > 0)
+    return ReportError(InvalidArgument("--load-factor applies to --arrivals poisson or gamma (not --trace, --burstgpt, --workload)"));
+  if ((cmd.count("--capacity-concurrency") || cmd.count("--capacity-seconds")) && a.load_factors.empty())
+    return ReportError(InvalidArgument("--capacity-concurrency and --capacity-seconds apply to --load-factor"));
 
   Target target;
   if (a.policies.empty()) {
@@ -1131,17 +1217,23 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
     probe_plan = fidelity::ProbePlan(problems->size(), a.fidelity_probes, output_len);
   }
 
-  // ---- The arrivals of each rate (inputs checked before any server is reached).
+  // ---- The arrivals of each rate (inputs checked before any server is reached; with
+  // --load-factor, once the capacity is known).
   std::vector<double> rates = a.rates;
   if (rates.empty()) rates.push_back(0);
   std::vector<std::vector<policy::RequestSpec>> arrivals;
-  for (double rate : rates) {
-    loadgen::ArrivalOptions o = ao;
-    o.rate = rate;
-    auto arr = loadgen::Arrivals(o);
-    if (!arr.ok()) return ReportError(arr.status());
-    arrivals.push_back(std::move(arr).value());
-  }
+  const auto make_arrivals = [&]() -> Status {
+    arrivals.clear();
+    for (double rate : rates) {
+      loadgen::ArrivalOptions o = ao;
+      o.rate = rate;
+      ASSIGN_OR_RETURN(auto arr, loadgen::Arrivals(o));
+      arrivals.push_back(std::move(arr));
+    }
+    return Status::Ok();
+  };
+  if (a.load_factors.empty())
+    if (Status st = make_arrivals(); !st.ok()) return ReportError(st);
 
   Context ctx;
   ctx.args = &a;
@@ -1187,30 +1279,46 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
     }
   }
 
-  // ---- The latency alone on this server (--slo-basis live): one measurement before every
-  // run, so that every policy and round is judged against the same SLOs.
-  double solo_live_ms = 0;
-  if (so.scale > 0 && a.slo_basis == "live") {
+  // ---- What this server delivers now, measured once before every run, so that every
+  // policy, rate and round is judged against the same SLOs and rates: the latency alone
+  // (--slo-basis live) and the capacity (--load-factor).
+  double solo_live_ms = 0, capacity_rps = 0;
+  const bool live_slo = so.scale > 0 && a.slo_basis == "live";
+  if (live_slo || !a.load_factors.empty()) {
     ServerProcess server;
     Target t = target;
     if (!a.policies.empty()) {
-      const fs::path dir = tmp.path() / "latency_alone";
+      const fs::path dir = tmp.path() / "measure";
       std::error_code ec;
       fs::create_directories(dir, ec);
-      if (!a.quiet) std::cerr << "[latency alone] starting tediserve serve --policy " << a.policies.front() << "\n";
+      if (!a.quiet) std::cerr << "[measure] starting tediserve serve --policy " << a.policies.front() << "\n";
       Status s = server.Start(server_args(a.policies.front()), dir, a.server_start_timeout_s, instances);
-      if (!s.ok()) return ReportError(s.WithContext("--slo-basis live"));
+      if (!s.ok()) return ReportError(s.WithContext(live_slo ? "--slo-basis live" : "--load-factor"));
       t = server.target();
     }
-    auto m = MeasureLatencyAlone(ctx, t, so, output_len);
+    if (live_slo) {
+      auto m = MeasureLatencyAlone(ctx, t, so, output_len);
+      if (!m.ok()) return ReportError(m.status().WithContext("--slo-basis live"));
+      so.live_factor = m->factor;
+      solo_live_ms = 1e3 * m->mean_s;
+      if (!a.quiet)
+        std::cerr << "[latency alone] " << m->ok << " solo requests: mean " << Fixed(solo_live_ms, 2) << " ms, "
+                  << Fixed(so.live_factor, 2) << " x the profile's (SLOs = " << Fixed(so.scale, 2) << " x that)\n";
+    }
+    if (!a.load_factors.empty()) {
+      if (!live_slo) Warmup(ctx, t);
+      auto c = MeasureCapacity(ctx, t, output_len);
+      if (!c.ok()) return ReportError(c.status().WithContext("--load-factor"));
+      capacity_rps = *c;
+      rates.clear();
+      for (double f : a.load_factors) rates.push_back(f * capacity_rps);
+      if (!a.quiet)
+        std::cerr << "[capacity] " << a.capacity_concurrency << " requests in flight for "
+                  << Fixed(a.capacity_seconds, 1) << " s: " << Fixed(capacity_rps, 2) << " requests/s\n";
+    }
     server.Stop();
-    if (!m.ok()) return ReportError(m.status().WithContext("--slo-basis live"));
-    so.live_factor = m->factor;
-    solo_live_ms = 1e3 * m->mean_s;
-    if (!a.quiet)
-      std::cerr << "[latency alone] " << m->ok << " solo requests: mean " << Fixed(solo_live_ms, 2) << " ms, "
-                << Fixed(so.live_factor, 2) << " x the profile's (SLOs = " << Fixed(so.scale, 3 - (so.scale >= 10))
-                << " x that)\n";
+    if (!a.load_factors.empty())
+      if (Status st = make_arrivals(); !st.ok()) return ReportError(st.WithContext("--load-factor"));
   }
 
   // ---- The runs: one plan per rate (identical for every policy).
@@ -1292,6 +1400,13 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
                        " x the latency profile's")
                           .c_str()
                     : "from the latency profile");
+  if (capacity_rps > 0) {
+    std::string fr;
+    for (size_t i = 0; i < rates.size(); ++i)
+      fr += (i ? ", " : "") + Fixed(a.load_factors[i], 2) + " x = " + Fixed(rates[i], 2) + " req/s";
+    std::printf("Offered load: %s (the capacity measured on the server first: %s requests/s, %d in flight)\n",
+                fr.c_str(), Fixed(capacity_rps, 2).c_str(), a.capacity_concurrency);
+  }
   PrintTable(runs, a.goodput_target);
   if (a.fidelity) PrintFidelity(runs, fsetup.profile_csv);
   if (!a.plots_dir.empty()) {
@@ -1313,6 +1428,8 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
       if (solo_live_ms > 0) j["slo"]["latency_alone_mean_ms"] = solo_live_ms;
     }
     j["output_len"] = output_len;
+    if (capacity_rps > 0) j["capacity"] = {{"rps", capacity_rps}, {"load_factors", a.load_factors},
+                                           {"concurrency", a.capacity_concurrency}, {"seconds", a.capacity_seconds}};
     j["goodput_target"] = a.goodput_target;
     j["runs"] = json::array();
     for (const auto& r : runs) {

@@ -24,6 +24,12 @@ struct BenchServeArgs {
   std::string tasks;                 // default MODEL/heldout.jsonl
   std::string arrivals = "poisson";  // poisson | gamma
   std::vector<double> rates;
+  // Instead of --rate: rates as these multiples of the capacity measured on the server before
+  // the runs (requests kept in flight, closed loop), so "1.3 x capacity" means the same on a
+  // fast machine and a slow one.
+  std::vector<double> load_factors;
+  int capacity_concurrency = 64;
+  double capacity_seconds = 6;
   double cv = 1;
   int64_t requests = 0;
   double duration_s = 0;

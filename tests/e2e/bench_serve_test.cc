@@ -270,6 +270,27 @@ TEST(BenchServeTest, ComparesPoliciesOnIdenticalArrivals) {
   EXPECT_THAT(r.out, HasSubstr("Mean over 2 rounds"));
 }
 
+// --load-factor: the capacity is measured on the server first (a closed loop), and the rates
+// are the given multiples of it.
+TEST(BenchServeTest, LoadFactorsAreMultiplesOfTheMeasuredCapacity) {
+  tediserve::TempDir d("tedi_bench_serve");
+  const std::string js = d.File("lf.json");
+  Result r = RunCli({"bench-serve", "--policies", "tediserve", "--load-factor", "0.25,0.5", "--requests", "6",
+                     "--layout", "1", "--cores", "0", "--warmup", "1", "--capacity-seconds", "3",
+                     "--capacity-concurrency", "16", "--json", js});
+  ASSERT_EQ(r.code, 0) << r.Describe();
+  const json j = json::parse(Slurp(js));
+  const double cap = j["capacity"]["rps"].get<double>();
+  EXPECT_GT(cap, 1) << j["capacity"].dump();  // the tiny model answers far more than 1 request/s
+  EXPECT_EQ(j["capacity"]["concurrency"], 16);
+  ASSERT_EQ(j["runs"].size(), 2u);
+  EXPECT_NEAR(j["runs"][0]["rate"].get<double>(), 0.25 * cap, 1e-9);
+  EXPECT_NEAR(j["runs"][1]["rate"].get<double>(), 0.5 * cap, 1e-9);
+  for (const json& run : j["runs"]) CheckRun(run, 6);
+  EXPECT_THAT(r.out, HasSubstr("the capacity measured on the server first"));
+  EXPECT_THAT(r.err, HasSubstr("[capacity] 16 requests in flight"));
+}
+
 // --fidelity: the run is replayed by the simulator (engine in the loop) and live and simulated
 // figures come side by side, with the overhead measured on solo probes.
 TEST(BenchServeTest, FidelityReplaysTheRunInTheSimulator) {
@@ -351,6 +372,11 @@ TEST(BenchServeTest, BadFlagsAreClearErrors) {
       {{"bench-serve", "--rate", "2", "--requests", "5", "--model", "/nonexistent"}, "--model"},
       {{"bench-serve", "--rate", "2", "--requests", "5", "--slo-ms", "10", "--slo-scale", "3"}, "one of --slo-ms"},
       {{"bench-serve", "--rate", "2", "--requests", "5", "--slo-basis", "guess"}, "--slo-basis"},
+      {{"bench-serve", "--rate", "2", "--load-factor", "1.5", "--requests", "5"}, "one of --rate and --load-factor"},
+      {{"bench-serve", "--load-factor", "0", "--requests", "5"}, "--load-factor"},
+      {{"bench-serve", "--load-factor", "1.5", "--trace", "t.csv"}, "--load-factor applies to --arrivals poisson"},
+      {{"bench-serve", "--rate", "2", "--requests", "5", "--capacity-seconds", "3"}, "apply to --load-factor"},
+      {{"bench-serve", "--load-factor", "1", "--requests", "5", "--capacity-seconds", "1"}, "--capacity-seconds"},
       {{"bench-serve", "--rate", "2", "--requests", "5", "--slo-basis", "live", "--slo-ms", "10"}, "apply to --slo-scale"},
       {{"bench-serve", "--rate", "2", "--requests", "5", "--slo-basis", "profile", "--slo-probes", "3"},
        "--slo-probes applies to --slo-basis live"},
