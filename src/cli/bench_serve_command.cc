@@ -1266,17 +1266,15 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
     return args;
   };
   if (a.policies.empty()) {
-    {
-      httplib::Client c(target.host, target.port);
-      c.set_connection_timeout(5, 0);
-      c.set_read_timeout(10, 0);
-      auto h = c.Get("/health");
-      if (!h) return ReportError(Unavailable("cannot reach " + target.Url() + ": " + httplib::to_string(h.error()) +
-                                             " (start `tediserve serve`, or give --url or --policies)"));
-      if (h->status != 200)
-        return ReportError(Unavailable(target.Url() + "/health answers HTTP " + std::to_string(h->status) + ": " +
-                                       h->body.substr(0, 200)));
-    }
+    httplib::Client c(target.host, target.port);
+    c.set_connection_timeout(5, 0);
+    c.set_read_timeout(10, 0);
+    auto h = c.Get("/health");
+    if (!h) return ReportError(Unavailable("cannot reach " + target.Url() + ": " + httplib::to_string(h.error()) +
+                                           " (start `tediserve serve`, or give --url or --policies)"));
+    if (h->status != 200)
+      return ReportError(Unavailable(target.Url() + "/health answers HTTP " + std::to_string(h->status) + ": " +
+                                     h->body.substr(0, 200)));
   }
 
   // ---- What this server delivers now, measured once before every run, so that every
