@@ -289,8 +289,10 @@ void Warmup(const Context& ctx, const Target& t) {
 
 // --fidelity: requests sent one at a time to the idle server (after the warm-up, before the
 // run), each waiting for the previous answer: what the live path costs beyond the profile.
+// `gap_s` apart (at least 2 ms: the server settles).
 std::vector<loadgen::RequestResult> RunProbes(const Context& ctx, const Target& t,
-                                              const std::vector<loadgen::PlannedRequest>& probes) {
+                                              const std::vector<loadgen::PlannedRequest>& probes,
+                                              double gap_s = 0.002) {
   httplib::Client c = MakeClient(t, ctx.args->timeout_s, ctx.args->api_key);
   std::vector<loadgen::RequestResult> out;
   for (const auto& p : probes) {
@@ -307,14 +309,15 @@ std::vector<loadgen::RequestResult> RunProbes(const Context& ctx, const Target& 
     if (res) loadgen::ReadResponse(res->status, res->body, prob.answer, &r);
     else loadgen::ReadResponse(0, "", prob.answer, &r);
     out.push_back(std::move(r));
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the server settles
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::max(0.002, gap_s)));
   }
   return out;
 }
 
 // --slo-basis live: the latency alone as this server delivers it. After the warm-up, solo
-// requests one at a time (as the fidelity probes); the factor is the median of each one's
-// measured latency over the profile's latency alone for its lengths.
+// requests one at a time (as the fidelity probes), 0.3 s apart so that one slow second of a
+// shared machine does not set every SLO; the factor is the median of each one's measured
+// latency over the profile's latency alone for its lengths.
 struct LatencyAlone {
   double factor = 1;
   double mean_s = 0;
@@ -325,7 +328,7 @@ StatusOr<LatencyAlone> MeasureLatencyAlone(const Context& ctx, const Target& t, 
                                            int output_len) {
   Warmup(ctx, t);
   const auto plan = fidelity::ProbePlan(ctx.problems->size(), ctx.args->slo_probes, output_len);
-  const auto results = RunProbes(ctx, t, plan);
+  const auto results = RunProbes(ctx, t, plan, 0.3);
   std::vector<double> ratios;
   LatencyAlone out;
   std::string first_error;
