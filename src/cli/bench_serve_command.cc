@@ -1154,6 +1154,21 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
   if (a.max_tokens > 0)
     output_len = (a.max_tokens + defaults->block_size - 1) / defaults->block_size * defaults->block_size;
 
+  // The servers' layout (--policies): --layout, else one TP-1 instance per --cores entry,
+  // else one per core (serve's default).
+  std::vector<int> layout;
+  if (!a.layout.empty()) {
+    auto l = IntList(a.layout, "--layout");
+    if (!l.ok()) return ReportError(l.status());
+    layout = *l;
+  } else if (!a.cores.empty()) {
+    auto c = IntList(a.cores, "--cores");
+    if (!c.ok()) return ReportError(c.status());
+    layout.assign(c->size(), 1);
+  } else {
+    layout.assign(static_cast<size_t>(std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)))), 1);
+  }
+
   loadgen::SloOptions so;
   so.fixed_ms = a.slo_ms;
   so.scale = a.slo_ms > 0 ? 0 : a.slo_scale;
@@ -1170,11 +1185,7 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
         a.calibration.empty() ? ModelFile(a.model_dir, "calibration.json", "calibrations", ".json") : a.calibration;
     auto cal = sim::LoadCalibration(cal_path);
     if (!cal.ok()) return ReportError(cal.status().WithContext("--slo-scale needs a calibration (--calibration)"));
-    if (!a.layout.empty()) {
-      auto l = IntList(a.layout, "--layout");
-      if (!l.ok()) return ReportError(l.status());
-      if (!l->empty()) so.solo_tp = std::max(1, *std::min_element(l->begin(), l->end()));
-    }
+    if (!layout.empty()) so.solo_tp = std::max(1, *std::min_element(layout.begin(), layout.end()));
     if (!profile.HasTp(so.solo_tp))
       return ReportError(InvalidArgument("the latency profile has no TP " + std::to_string(so.solo_tp) + " column"));
     // As the server prices a request alone: the policy's top threshold.
@@ -1206,17 +1217,7 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
           f == "--reconfigure")
         return ReportError(InvalidArgument("--fidelity: give " + f + " to bench-serve itself, not with --serve-arg"));
     }
-    if (!a.layout.empty()) {
-      auto l = IntList(a.layout, "--layout");
-      if (!l.ok()) return ReportError(l.status());
-      fsetup.layout = *l;
-    } else if (!a.cores.empty()) {
-      auto c = IntList(a.cores, "--cores");
-      if (!c.ok()) return ReportError(c.status());
-      fsetup.layout.assign(c->size(), 1);
-    } else {
-      fsetup.layout.assign(static_cast<size_t>(std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)))), 1);
-    }
+    fsetup.layout = layout;
     probe_plan = fidelity::ProbePlan(problems->size(), a.fidelity_probes, output_len);
   }
 
@@ -1243,20 +1244,7 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
   ctx.problems = &*problems;
   ctx.stderr_tty = isatty(2);
   TempDir tmp("tedi_bench_serve");
-  int instances = 0;  // --policies: workers each server must have up
-  if (!a.policies.empty()) {
-    if (!a.layout.empty()) {
-      auto l = IntList(a.layout, "--layout");
-      if (!l.ok()) return ReportError(l.status());
-      instances = static_cast<int>(l->size());
-    } else if (!a.cores.empty()) {
-      auto c = IntList(a.cores, "--cores");
-      if (!c.ok()) return ReportError(c.status());
-      instances = static_cast<int>(c->size());
-    } else {
-      instances = std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
-    }
-  }
+  const int instances = static_cast<int>(layout.size());  // --policies: workers each server must have up
   const auto server_args = [&](const std::string& pol) {
     std::vector<std::string> args = {serve::SelfExe(), "serve", "--policy", pol, "--model", a.model_dir};
     if (!a.layout.empty()) args.insert(args.end(), {"--layout", a.layout});
@@ -1393,14 +1381,14 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
     }
   }
 
-  if (so.scale > 0)
-    std::printf("SLO of each request: %s x its latency alone, %s\n", Fixed(so.scale, 2).c_str(),
-                a.slo_basis == "live"
-                    ? ("measured on the server: " + Fixed(solo_live_ms, 2) + " ms mean over " +
-                       std::to_string(a.slo_probes) + " solo requests, " + Fixed(so.live_factor, 2) +
-                       " x the latency profile's")
-                          .c_str()
-                    : "from the latency profile");
+  if (so.scale > 0) {
+    const std::string basis = a.slo_basis == "live" ? "measured on the server: " + Fixed(solo_live_ms, 2) +
+                                                          " ms mean over " + std::to_string(a.slo_probes) +
+                                                          " solo requests, " + Fixed(so.live_factor, 2) +
+                                                          " x the latency profile's"
+                                                    : "from the latency profile";
+    std::printf("SLO of each request: %s x its latency alone, %s\n", Fixed(so.scale, 2).c_str(), basis.c_str());
+  }
   if (capacity_rps > 0) {
     std::string fr;
     for (size_t i = 0; i < rates.size(); ++i)
