@@ -1209,6 +1209,7 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
       const std::string& v = a.serve_args[i + 1];
       try {
         if (f == "--max-queue") fsetup.max_live = std::stoi(v);
+        if (f == "--batch-steps") fsetup.batch_steps = std::stoi(v);
         if (f == "--slo-scale") fsetup.slo_scale = std::stod(v);
       } catch (const std::exception&) {
         return ReportError(InvalidArgument("--serve-arg " + f + ": bad value \"" + v + "\""));

@@ -218,6 +218,7 @@ StatusOr<std::vector<loadgen::RequestResult>> SimulatePlan(const SimSetup& setup
   po.block_size = engine->default_block_size();
   po.cache = setup.cache;
   po.max_live_requests = setup.max_live;
+  po.batch_steps = setup.batch_steps;
   po.steps_cv = cal->steps_cv;
   po.tokens_per_step.clear();
   po.accuracy.clear();
@@ -237,11 +238,16 @@ StatusOr<std::vector<loadgen::RequestResult>> SimulatePlan(const SimSetup& setup
     so.instances.emplace_back(static_cast<policy::InstanceId>(i), setup.layout[i], 0, devices);
   }
   std::optional<policy::LatencyProfile> truth;
-  if (setup.overhead.per_step_s != 0 || !setup.overhead.step_scale.IsOne()) {
+  // The round trip is paid once per batch: on every step's time when a batch is one step,
+  // on the batch otherwise.
+  const bool per_batch = setup.batch_steps > 1 && setup.overhead.per_step_s >= 0;
+  if (per_batch) so.batch_overhead = setup.overhead.per_step_s;
+  const double offset = per_batch ? 0 : setup.overhead.per_step_s;
+  if (offset != 0 || !setup.overhead.step_scale.IsOne()) {
     int max_tokens = 0;
     for (const auto& p : plan) max_tokens = std::max(max_tokens, p.prompt_len + p.output_len);
     max_tokens *= std::max(1, setup.max_live);  // the largest batch there can be
-    ASSIGN_OR_RETURN(truth, OffsetProfile(profile, setup.overhead.per_step_s, max_tokens, setup.overhead.step_scale));
+    ASSIGN_OR_RETURN(truth, OffsetProfile(profile, offset, max_tokens, setup.overhead.step_scale));
     so.truth_profile = &*truth;
   }
   so.step_time_sigma = setup.overhead.step_sigma;

@@ -89,6 +89,9 @@ CLI::App* AddServeCommand(CLI::App& app, ServeArgs* a) {
   s->add_option("--slo-scale", a->slo_scale, "SLO of a request without slo_ms: this x its latency alone")
       ->check(CLI::Range(0.01, 1e6));
   s->add_option("--max-queue", a->max_queue, "live requests before new ones get 429")->check(CLI::Range(1, 1 << 20));
+  s->add_option("--batch-steps", a->batch_steps,
+                "denoising steps a worker runs per batch before answering (fewer round trips; decisions every batch)")
+      ->check(CLI::Range(1, policy::kMaxBatchSteps));
   s->add_option("--api-key", a->api_key, "require 'Authorization: Bearer KEY' (or TEDISERVE_API_KEY)");
   s->add_option("--max-body-kb", a->max_body_kb, "largest request body")->check(CLI::Range(1, 1 << 20));
   s->add_option("--max-prompt-chars", a->max_prompt_chars, "longest prompt in bytes")->check(CLI::Range(1, 1 << 26));
@@ -281,6 +284,7 @@ int RunServe(const ServeArgs& a) {
                                          : a.calibration;
   ro.slo_scale = a.slo_scale;
   ro.max_live = a.max_queue;
+  ro.batch_steps = a.batch_steps;
   ro.use_cache = !a.no_cache;
   ro.local_agent = !a.no_local_agent;
   ro.agent_listen = a.agent_listen;

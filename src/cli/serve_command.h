@@ -24,6 +24,7 @@ struct ServeArgs {
   std::string profile, calibration;  // default: the model's, from its folder or data/
   double slo_scale = 10;
   int max_queue = 256;
+  int batch_steps = 1;           // steps per step batch (PolicyOptions::batch_steps)
   std::string api_key;           // also from TEDISERVE_API_KEY
   int max_body_kb = 1024;
   int max_prompt_chars = 65536;

@@ -146,14 +146,38 @@ void Scheduler::LaunchIdle(Seconds now, Decisions* out) {
       }
     }
     b.expected_seconds = profile_->StepSeconds(inst.info.tp, b.tokens);
+    b.steps = options_.batch_steps;
+    if (b.steps > 1) b.expected_seconds += LaterStepsSeconds(inst, b);
     inst.busy = true;
     inst.batch = b.id;
     inst.batch_start = now;
+    inst.batch_steps = b.steps;
     inst.batch_profile_seconds = b.expected_seconds;
+    inst.batch_tokens = b.tokens;
     inst.busy_until = now + b.expected_seconds * inst.step_scale;
     batches_.emplace(b.id, inst.info.id);
     out->batches.push_back(std::move(b));
   }
+}
+
+Seconds Scheduler::LaterStepsSeconds(const Instance& inst, const StepBatch& b) const {
+  // Step k (1-based after the first) carries each request predicted to need more than k
+  // steps: the block, or the sequence at the share of its remaining steps that start a block.
+  Seconds total = 0;
+  for (int k = 1; k < b.steps; ++k) {
+    double tokens = 0;
+    for (const StepCommand& c : b.commands) {
+      const RequestState& r = requests_.at(c.id);
+      const double left = PredictedSteps(r);
+      if (left <= k) continue;
+      const int seq = r.spec.prompt_len + r.spec.output_len;
+      const double starts = r.cache ? std::min(1.0, r.RemainingRecomputeSteps() / left) : 1.0;
+      tokens += starts * seq + (1 - starts) * r.block_size;
+    }
+    if (tokens <= 0) break;
+    total += profile_->StepSeconds(inst.info.tp, tokens);
+  }
+  return total;
 }
 
 // The default policy's batch (defer_late). A request can still meet its SLO while each of

@@ -2,6 +2,7 @@
 // load control in threshold_choice.cc.
 #include "policy/scheduler.h"
 
+#include <array>
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -121,6 +122,8 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(PolicyOptions options,
     return InvalidArgument("policy.plan_latency_miss_target: must be in [0, 1]");
   if (!(options.step_scale_weight >= 0 && options.step_scale_weight <= 1))
     return InvalidArgument("policy.step_scale_weight: must be in [0, 1]");
+  if (options.batch_steps < 1 || options.batch_steps > kMaxBatchSteps)
+    return InvalidArgument("policy.batch_steps: must be in [1, " + std::to_string(kMaxBatchSteps) + "]");
   if (UsesProteusMix(options.threshold) &&
       (options.tokens_per_step.size() != th.size() || options.accuracy.size() != th.size())) {
     return InvalidArgument("proteus and tediserve need tokens_per_step and accuracy for every candidate threshold");
@@ -159,13 +162,13 @@ size_t Scheduler::accepting_instances() const {
   return n;
 }
 
-void Scheduler::MeasureStep(Instance& inst, Seconds now) {
+void Scheduler::MeasureStep(Instance& inst, Seconds now, int steps, Seconds profile_seconds) {
   if (now >= inst.batch_start) {
-    period_batches_ += 1;
+    period_batches_ += steps;
     period_step_seconds_ += now - inst.batch_start;
   }
-  if (options_.step_scale_weight == 0 || !(inst.batch_profile_seconds > 0)) return;  // the profile as it is
-  double ratio = (now - inst.batch_start) / inst.batch_profile_seconds;
+  if (options_.step_scale_weight == 0 || !(profile_seconds > 0)) return;  // the profile as it is
+  double ratio = (now - inst.batch_start) / profile_seconds;
   if (!std::isfinite(ratio)) return;
   // Rounding in a driver that adds the profile's time to a clock is not a measurement; a
   // stalled step (a worker paused, a machine swapping) counts at most 4x.
@@ -454,27 +457,32 @@ Status Scheduler::OnBatchDone(BatchId batch, std::span<const StepOutcome> outcom
     return InvalidArgument("step batch " + std::to_string(batch) + " was never launched");
   }
   Instance& inst = instances_[instance_index_.at(bit->second)];
-  // The result must name each request of the batch at most once, and every one still live.
+  // The result names requests of the batch, each for at most the batch's steps and never
+  // after it finished, and covers every one still live.
   size_t live_in_batch = 0;
   for (RequestId id : inst.batch_ids) live_in_batch += requests_.count(id);
   size_t matched = 0;
+  int steps_run = 0;
   for (size_t i = 0; i < outcomes.size(); ++i) {
     const StepOutcome& o = outcomes[i];
+    const std::string who = "step batch " + std::to_string(batch) + ": request " + std::to_string(o.id);
     if (std::find(inst.batch_ids.begin(), inst.batch_ids.end(), o.id) == inst.batch_ids.end()) {
-      return InvalidArgument("step batch " + std::to_string(batch) + ": request " + std::to_string(o.id) +
-                             " is not in the batch");
+      return InvalidArgument(who + " is not in the batch");
     }
+    int earlier = 0;
     for (size_t j = 0; j < i; ++j) {
-      if (outcomes[j].id == o.id) {
-        return InvalidArgument("step batch " + std::to_string(batch) + ": request " + std::to_string(o.id) +
-                               " is reported twice");
-      }
+      if (outcomes[j].id != o.id) continue;
+      if (outcomes[j].request_done) return InvalidArgument(who + " is reported after it finished");
+      ++earlier;
     }
-    if (o.unmasked < 0) {
-      return InvalidArgument("step batch " + std::to_string(batch) + ": request " + std::to_string(o.id) +
-                             " unmasked a negative number of tokens");
+    if (earlier >= inst.batch_steps) {
+      return InvalidArgument(who + (inst.batch_steps == 1 ? " is reported twice"
+                                                          : " is reported for more than the batch's " +
+                                                                std::to_string(inst.batch_steps) + " steps"));
     }
-    matched += requests_.count(o.id);
+    if (o.unmasked < 0) return InvalidArgument(who + " unmasked a negative number of tokens");
+    if (earlier == 0) matched += requests_.count(o.id);
+    steps_run = std::max(steps_run, earlier + 1);
   }
   if (matched != live_in_batch) {
     return InvalidArgument("step batch " + std::to_string(batch) + ": the result covers " + std::to_string(matched) +
@@ -482,19 +490,22 @@ Status Scheduler::OnBatchDone(BatchId batch, std::span<const StepOutcome> outcom
   }
 
   const InstanceId instance = inst.info.id;
+  const Seconds ran = inst.batch_steps == 1 ? inst.batch_profile_seconds : Ran(batch, outcomes).profile_seconds;
   batches_.erase(bit);
   inst.batch = 0;
   inst.batch_ids.clear();
   inst.busy = false;
   inst.busy_until = now;  // the truth replaces the prediction
-  MeasureStep(inst, now);
+  MeasureStep(inst, now, std::max(1, steps_run), ran);
   std::vector<RequestId>& ready = ready_scratch_;
   ready.clear();
   std::vector<RequestState*>& to_refresh = refresh_scratch_;  // one batched prediction for the step
   to_refresh.clear();
-  for (const StepOutcome& o : outcomes) {
+  const int k_refresh = estimator_->refresh_tokens();
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    const StepOutcome& o = outcomes[i];
     auto it = requests_.find(o.id);
-    if (it == requests_.end()) continue;  // cancelled while in flight
+    if (it == requests_.end()) continue;  // cancelled while in flight (or finished by an earlier step)
     RequestState& r = it->second;
     r.in_flight = false;
     r.batch = 0;
@@ -510,7 +521,10 @@ Status Scheduler::OnBatchDone(BatchId batch, std::span<const StepOutcome> outcom
       r.predicted[k] = std::max<double>(r.predicted[k] - 1, r.MinRemainingSteps());
     }
     r.tokens_since_refresh += o.unmasked;
-    const int k_refresh = estimator_->refresh_tokens();
+    // The rest once per request, after its last step in the batch.
+    bool last = true;
+    for (size_t j = i + 1; j < outcomes.size() && last && steps_run > 1; ++j) last = outcomes[j].id != o.id;
+    if (!last) continue;
     if ((k_refresh > 0 && r.tokens_since_refresh >= k_refresh) || (k_refresh <= 0 && o.block_done)) {
       to_refresh.push_back(&r);
     }
@@ -630,6 +644,38 @@ double Scheduler::StepScale(InstanceId id) const {
 BatchId Scheduler::InFlightBatch(InstanceId id) const {
   auto it = instance_index_.find(id);
   return it == instance_index_.end() ? 0 : instances_[it->second].batch;
+}
+
+Scheduler::RanWork Scheduler::Ran(BatchId batch, std::span<const StepOutcome> outcomes) const {
+  RanWork w;
+  auto bit = batches_.find(batch);
+  if (bit == batches_.end()) return w;
+  const Instance& inst = instances_[instance_index_.at(bit->second)];
+  if (inst.batch_steps == 1) return {1, inst.batch_tokens, inst.batch_profile_seconds};
+  // Tokens of each step: a request pushes its next step's tokens at the first, then after
+  // each of its outcomes the block (cache step) or, where a block ended, the sequence.
+  std::array<int64_t, kMaxBatchSteps> tokens{};
+  std::unordered_map<RequestId, std::pair<int, int>> next;  // id -> (its step index, tokens)
+  for (const StepOutcome& o : outcomes) {
+    auto it = next.find(o.id);
+    if (it == next.end()) {
+      const RequestState* r = Find(o.id);
+      if (r == nullptr) continue;
+      it = next.emplace(o.id, std::pair<int, int>{0, r->NextStepTokens()}).first;
+    }
+    auto& [k, t] = it->second;
+    if (k >= kMaxBatchSteps) continue;
+    tokens[static_cast<size_t>(k++)] += t;
+    const RequestState& r = requests_.at(o.id);
+    t = !r.cache || o.block_done ? r.spec.prompt_len + r.spec.output_len : r.block_size;
+  }
+  for (int64_t t : tokens) {
+    if (t == 0) continue;
+    ++w.steps;
+    w.tokens += t;
+    w.profile_seconds += profile_->StepSeconds(inst.info.tp, static_cast<double>(t));
+  }
+  return w;
 }
 
 std::vector<RequestId> Scheduler::LiveIds() const {

@@ -40,6 +40,7 @@ namespace tediserve::policy {
 
 using BatchId = int64_t;  // 1, 2, 3, ... in launch order; 0 = none
 inline constexpr Seconds kNever = std::numeric_limits<double>::infinity();
+inline constexpr int kMaxBatchSteps = 16;  // PolicyOptions::batch_steps at most
 
 enum class DispatchKind {
   kStepLevel,           // Algorithm 3: every step to the instance that finishes it soonest
@@ -127,6 +128,12 @@ struct PolicyOptions {
   // the profile as it is. Named("tediserve") sets 0.05: a profile measured alone on a machine
   // is optimistic once the HTTP front end, the loop and gRPC share it.
   double step_scale_weight = 0;
+  // Steps per step batch: an instance runs up to this many denoising steps of the same
+  // requests at the same thresholds before its result comes back (a request that finishes
+  // stops early; blocks end and start within the batch). More than 1 divides the round trips
+  // between the scheduler and a worker, at the cost of decisions (thresholds, joining
+  // requests, migrations) every batch instead of every step (docs/design.md section 3.5).
+  int batch_steps = 1;
   uint64_t seed = 1;
 
   // Presets: tediserve, fixed, slo-aware, caps-only, infaas, llumnix, proteus.
@@ -156,8 +163,9 @@ struct StepCommand {
 struct StepBatch {
   BatchId id = 0;
   InstanceId instance = 0;
-  int tokens = 0;                 // tokens pushed through the network
-  Seconds expected_seconds = 0;   // the latency profile's prediction of its duration
+  int tokens = 0;                 // tokens pushed through the network (its first step)
+  int steps = 1;                  // steps to run (PolicyOptions::batch_steps)
+  Seconds expected_seconds = 0;   // the latency profile's prediction of its duration (all steps)
   std::vector<StepCommand> commands;
 };
 
@@ -222,9 +230,12 @@ class Scheduler {
   // A request arrives. Errors: a duplicate live id, lengths <= 0, slo <= 0, an output length
   // that is not a multiple of the block size when caching.
   Status OnArrival(const RequestSpec& spec, Seconds now, Decisions* out);
-  // A step batch came back: one outcome per request of the batch (requests cancelled since
-  // the launch may be left out). Errors: a batch never launched; a batch no longer in flight
-  // (already done, failed or lost with its instance); outcomes that do not match the batch.
+  // A step batch came back: one outcome per step each request of the batch ran, a request's
+  // in the order of its steps (requests cancelled since the launch may be left out). A
+  // request runs every step of the batch unless it finished. Errors: a batch never launched;
+  // a batch no longer in flight (already done, failed or lost with its instance); outcomes
+  // that do not match the batch (a request not in it, more steps than the batch has, a step
+  // after the request finished).
   Status OnBatchDone(BatchId batch, std::span<const StepOutcome> outcomes, Seconds now, Decisions* out);
   // A step batch failed on a live instance: nothing it did counts; its requests keep their
   // place but their KV cache is gone (next step recomputes).
@@ -261,6 +272,16 @@ class Scheduler {
   std::vector<RequestId> LiveIds() const;  // ascending
   // The step batch in flight on an instance (0: none, or no such instance).
   BatchId InFlightBatch(InstanceId id) const;
+  // What a batch in flight ran, as its outcomes (OnBatchDone's) say: its steps, the tokens
+  // they pushed, and the profile's time for them (each step priced by the tokens the requests
+  // still running pushed in it). For a batch of one step: 1, its tokens and its
+  // expected_seconds. Zeros for a batch not in flight.
+  struct RanWork {
+    int steps = 0;
+    int64_t tokens = 0;
+    Seconds profile_seconds = 0;
+  };
+  RanWork Ran(BatchId batch, std::span<const StepOutcome> outcomes) const;
   // The instance's measured step time over the profile's (PolicyOptions::step_scale_weight);
   // 1 for an unknown instance.
   double StepScale(InstanceId id) const;
@@ -299,7 +320,9 @@ class Scheduler {
     // the profile holds); the policy's own step times are the profile's times this.
     double step_scale = 1;
     Seconds batch_start = 0;           // when the batch in flight was launched
-    Seconds batch_profile_seconds = 0;  // the profile's time for it
+    Seconds batch_profile_seconds = 0;  // the profile's time for it (expected_seconds)
+    int batch_tokens = 0;              // its (first step's) tokens
+    int batch_steps = 1;               // its steps
   };
   using OrderKey = std::tuple<int, Seconds, RequestId>;  // (-priority, arrival, id)
   // Waiting order: (late, -priority, deadline or arrival, id); see PolicyOptions::defer_late.
@@ -346,8 +369,12 @@ class Scheduler {
   void DispatchReady(const std::vector<RequestId>& ready, InstanceId from, Seconds now);
   void DispatchWaiting(Seconds now);
   void LaunchIdle(Seconds now, Decisions* out);
-  // Folds a returned batch's measured duration into inst.step_scale (step_scale_weight).
-  void MeasureStep(Instance& inst, Seconds now);
+  // Folds a returned batch's measured duration (`steps` steps the profile prices at
+  // `profile_seconds`) into inst.step_scale (step_scale_weight).
+  void MeasureStep(Instance& inst, Seconds now, int steps, Seconds profile_seconds);
+  // The profile's time for a batch's steps after its first (batch_steps > 1): each request
+  // runs them until its predicted steps end, a block's first step pushing the sequence.
+  Seconds LaterStepsSeconds(const Instance& inst, const StepBatch& b) const;
   void BatchByPace(Instance& inst, Seconds now, StepBatch& b);
   bool FitsBudget(const StepBatch& b, int tokens) const;
   void AddToBatch(Instance& inst, StepBatch& b, RequestState& r);

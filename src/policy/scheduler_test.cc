@@ -368,6 +368,58 @@ TEST_F(SchedulerTest, LastBlockDoneEndsTheRequest) {
   EXPECT_TRUE(out.empty());
 }
 
+TEST_F(SchedulerTest, ABatchOfSeveralStepsComesBackAsOneResult) {
+  Make("fixed", 1, [](PolicyOptions& o) { o.batch_steps = 3; });
+  // P = 100, O = 64 (2 blocks of 32): a recompute step pushes 164 tokens, a cache step 32.
+  std::vector<Launch> out = Arrive(Spec(0, 0, 10, 100, 64));
+  Arrive(Spec(1, 0, 10, 100, 64));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].steps, 3);
+  EXPECT_THAT(BatchIds(out[0]), ::testing::ElementsAre(0));
+  // The first step's 164 tokens, then two predicted cache steps of 32 (0.01 s each at least).
+  EXPECT_NEAR(out[0].expected_seconds, 0.0164 + 0.01 + 0.01, 1e-9);
+  const BatchId first = out[0].id;
+
+  // Bad results change nothing: more steps than the batch has, a step after the request
+  // finished, a request not in the batch.
+  auto refused = [&](std::vector<StepOutcome> o, const std::string& what) {
+    Decisions d;
+    const Status st = s_->OnBatchDone(first, o, 0.1, &d);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << what;
+    EXPECT_THAT(st.message(), HasSubstr(what));
+    EXPECT_TRUE(d.empty());
+  };
+  refused({Outcome(0), Outcome(0), Outcome(0), Outcome(0)}, "more than the batch's 3 steps");
+  refused({Outcome(0, true, true), Outcome(0)}, "after it finished");
+  refused({Outcome(0), Outcome(1)}, "not in the batch");
+  EXPECT_EQ(s_->Find(0)->steps, 0);
+
+  // Three steps: the block ends at the second, the third starts the next block (a recompute).
+  const std::vector<StepOutcome> ran = {Outcome(0), Outcome(0, true), Outcome(0)};
+  const Scheduler::RanWork w = s_->Ran(first, ran);
+  EXPECT_EQ(w.steps, 3);
+  EXPECT_EQ(w.tokens, 164 + 32 + 164);
+  EXPECT_NEAR(w.profile_seconds, 0.0164 + 0.01 + 0.0164, 1e-9);
+  out = Done(0, ran, 0.05);
+  const RequestState* r = s_->Find(0);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->steps, 3);
+  EXPECT_EQ(r->block, 1);
+  EXPECT_EQ(r->steps_in_block, 1);
+  // The next batch holds both (the second waited for the instance), three steps again.
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(r->batch, out[0].id);
+  EXPECT_THAT(BatchIds(out[0]), ::testing::ElementsAre(0, 1));
+  EXPECT_EQ(out[0].steps, 3);
+  // A request that finishes within the batch stops; the other runs every step.
+  out = Done(0, {Outcome(0), Outcome(1), Outcome(0, true, true), Outcome(1), Outcome(1)}, 0.1);
+  EXPECT_EQ(s_->Find(0), nullptr);
+  ASSERT_NE(s_->Find(1), nullptr);
+  EXPECT_EQ(s_->Find(1)->steps, 3);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_THAT(BatchIds(out[0]), ::testing::ElementsAre(1));
+}
+
 TEST_F(SchedulerTest, FixedPolicyUsesFixedThreshold) {
   Make("fixed", 1, [](PolicyOptions& o) { o.fixed_threshold = 0.7; });
   std::vector<Launch> out = Arrive(Spec(0, 0, /*slo=*/0.01));  // a tight SLO changes nothing
@@ -996,6 +1048,8 @@ TEST_F(SchedulerCreateTest, RejectsBadOptions) {
              "tokens_per_step and accuracy");
   expect_bad(CreateWith(nullptr, {{0, 4}}), "TP degree 4 of instance 0 is not in the latency profile linear");
   expect_bad(CreateWith([](PolicyOptions& o) { o.max_step_failures = 0; }), "max_step_failures");
+  expect_bad(CreateWith([](PolicyOptions& o) { o.batch_steps = 0; }), "batch_steps");
+  expect_bad(CreateWith([](PolicyOptions& o) { o.batch_steps = kMaxBatchSteps + 1; }), "batch_steps");
   expect_bad(CreateWith([](PolicyOptions& o) { o.proteus_change_z = -1; }), "proteus_change_z");
   expect_bad(CreateWith([](PolicyOptions& o) { o.proteus_window = 0; }), "proteus_window");
   expect_bad(CreateWith([](PolicyOptions& o) { o.plan_latency_z = -1; }), "plan_latency_z");

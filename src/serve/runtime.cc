@@ -103,6 +103,8 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(RuntimeOptions o) {
     return InvalidArgument("--cores: the layout needs " + std::to_string(need) + " cores, " +
                            std::to_string(o.cores.size()) + " given");
   if (o.max_live < 1) return InvalidArgument("--max-queue must be >= 1");
+  if (o.batch_steps < 1 || o.batch_steps > policy::kMaxBatchSteps)
+    return InvalidArgument("--batch-steps must be in [1, " + std::to_string(policy::kMaxBatchSteps) + "]");
   if (!(o.slo_scale > 0) || !std::isfinite(o.slo_scale)) return InvalidArgument("--slo-scale must be > 0");
   if (o.worker_exe.empty()) o.worker_exe = SelfExe();
   ASSIGN_OR_RETURN(Tls tls, Tls::Load(o.tls));
@@ -143,6 +145,7 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(RuntimeOptions o) {
   po.block_size = rt->block_size_;
   po.cache = o.use_cache;
   po.max_live_requests = o.max_live;
+  po.batch_steps = o.batch_steps;
   po.steps_cv = cal->steps_cv;  // the priority rescue margin, as in the simulator
   host::HostOptions ho;
   for (double c : po.thresholds) {
@@ -603,6 +606,7 @@ void Runtime::SendBatch(const policy::StepBatch& b, double now) {
   }
   for (policy::RequestId id : inst.release) msg.add_release(id);
   inst.release.clear();
+  if (b.steps > 1) msg.set_steps(b.steps);
   flights_[b.id] = Flight{b.instance, now, now + std::max(options_.step_timeout_s, 50 * b.expected_seconds)};
   metrics_.Observe("tediserve_batch_requests", static_cast<double>(b.commands.size()));
   if (!inst.up || !inst.client || !inst.client->Send(msg)) {
@@ -662,22 +666,9 @@ void Runtime::OnResult(rpc::BatchResult r) {
     metrics_.Observe("tediserve_step_seconds", r.seconds());
     metrics_.Add("tediserve_step_seconds_total", r.seconds());
     std::unordered_map<policy::RequestId, double> threshold_of;
-    if (const policy::StepBatch* b = host_->InFlight(bid)) {
+    const policy::StepBatch* b = host_->InFlight(bid);
+    if (b != nullptr)
       for (const auto& c : b->commands) threshold_of[c.id] = c.threshold;
-      metrics_.Add("tediserve_step_profile_seconds_total", b->expected_seconds);
-      metrics_.Add("tediserve_step_elapsed_seconds_total", now - flight.launched);
-      CountOverhead(r, flight.launched, now);
-      const Labels& size = StepSizeLabels(b->tokens);
-      metrics_.Add("tediserve_step_size_batches_total", 1, size);
-      metrics_.Add("tediserve_step_size_tokens_total", b->tokens, size);
-      metrics_.Add("tediserve_step_size_profile_seconds_total", b->expected_seconds, size);
-      metrics_.Add("tediserve_step_size_elapsed_seconds_total", now - flight.launched, size);
-      if (b->expected_seconds > 0) {
-        const double ratio = (now - flight.launched) / b->expected_seconds;
-        metrics_.Add("tediserve_step_size_ratio_total", ratio, size);
-        metrics_.Add("tediserve_step_size_ratio_squares_total", ratio * ratio, size);
-      }
-    }
     std::vector<policy::StepOutcome> outcomes;
     outcomes.reserve(static_cast<size_t>(r.results_size()));
     for (const rpc::StepResult& s : r.results()) {
@@ -716,6 +707,25 @@ void Runtime::OnResult(rpc::BatchResult r) {
         o.features.block_above[static_cast<size_t>(k)] = s.block_above(k);
       if (o.request_done) l.holder = -1;  // the worker dropped its copy
       outcomes.push_back(o);
+    }
+    if (b != nullptr) {
+      // What ran (a batch of several steps ran fewer where requests finished) and the
+      // profile's time for it; the size class is the first step's.
+      const policy::Scheduler::RanWork ran = host_->scheduler().Ran(bid, outcomes);
+      const double profile = ran.profile_seconds;
+      metrics_.Add("tediserve_step_profile_seconds_total", profile);
+      metrics_.Add("tediserve_step_elapsed_seconds_total", now - flight.launched);
+      CountOverhead(r, flight.launched, now);
+      const Labels& size = StepSizeLabels(b->tokens);
+      metrics_.Add("tediserve_step_size_batches_total", 1, size);
+      metrics_.Add("tediserve_step_size_tokens_total", static_cast<double>(ran.tokens), size);
+      metrics_.Add("tediserve_step_size_profile_seconds_total", profile, size);
+      metrics_.Add("tediserve_step_size_elapsed_seconds_total", now - flight.launched, size);
+      if (profile > 0) {
+        const double ratio = (now - flight.launched) / profile;
+        metrics_.Add("tediserve_step_size_ratio_total", ratio, size);
+        metrics_.Add("tediserve_step_size_ratio_squares_total", ratio * ratio, size);
+      }
     }
     Status st;
     {

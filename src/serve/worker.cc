@@ -17,6 +17,7 @@
 
 #include "engine/decoder.h"
 #include "engine/weights.h"
+#include "policy/scheduler.h"
 #include "serve/monotonic.h"
 #include "serve/worker.grpc.pb.h"
 
@@ -108,30 +109,47 @@ class WorkerService final : public rpc::Worker::Service {
     }
     for (auto& [id, s] : fresh) states_[id] = std::move(s);
     if (reqs.empty()) return;
-    const auto t0 = std::chrono::steady_clock::now();
+    if (b.steps() < 0 || b.steps() > policy::kMaxBatchSteps)
+      return Fail(out, "steps must be in [0, " + std::to_string(policy::kMaxBatchSteps) + "]");
+    const int steps = std::max(1, b.steps());
+    double seconds = 0;
     std::vector<engine::StepResult> results;
-    if (Status st = engine_->Step(reqs, &results); !st.ok()) return Fail(out, st.message());
-    out->set_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    for (size_t i = 0; i < results.size(); ++i) {
-      const engine::StepResult& r = results[i];
-      const engine::DecodeState& s = *reqs[i].state;
-      rpc::StepResult* o = out->add_results();
-      o->set_id(r.id);
-      for (auto [pos, tok] : r.unmasked) {
-        o->add_positions(pos);
-        o->add_tokens(tok);
+    for (int k = 0; k < steps && !reqs.empty(); ++k) {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (Status st = engine_->Step(reqs, &results); !st.ok()) {
+        if (k == 0) return Fail(out, st.message());
+        break;  // the steps that ran stand; the scheduler hears of them as a shorter batch
       }
-      o->set_block_done(r.block_done);
-      o->set_request_done(r.request_done);
-      ToProto(r.stats.block, o->mutable_block());
-      ToProto(r.stats.output, o->mutable_output());
-      for (int a : r.stats.block_above) o->add_block_above(a);
-      if (r.request_done && s.options().eos_early_stop) {
-        const int from = (r.block + 1) * s.block_size();
-        if (from < s.gen_length()) o->set_eos_from(from);
+      seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::vector<engine::StepRequest> still;
+      for (size_t i = 0; i < results.size(); ++i) {
+        const engine::StepResult& r = results[i];
+        const engine::DecodeState& s = *reqs[i].state;
+        rpc::StepResult* o = out->add_results();
+        o->set_id(r.id);
+        o->set_step(k);
+        for (auto [pos, tok] : r.unmasked) {
+          o->add_positions(pos);
+          o->add_tokens(tok);
+        }
+        o->set_block_done(r.block_done);
+        o->set_request_done(r.request_done);
+        ToProto(r.stats.block, o->mutable_block());
+        ToProto(r.stats.output, o->mutable_output());
+        for (int a : r.stats.block_above) o->add_block_above(a);
+        if (r.request_done && s.options().eos_early_stop) {
+          const int from = (r.block + 1) * s.block_size();
+          if (from < s.gen_length()) o->set_eos_from(from);
+        }
+        if (r.request_done) {
+          states_.erase(r.id);
+        } else {
+          still.push_back(reqs[i]);
+        }
       }
-      if (r.request_done) states_.erase(r.id);
+      reqs = std::move(still);
     }
+    out->set_seconds(seconds);
   }
   static void Fail(rpc::BatchResult* out, const std::string& msg) {
     out->clear_results();

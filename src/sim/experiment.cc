@@ -106,11 +106,12 @@ struct RunConfig {
 
 Status ParseCluster(const YAML::Node& n, RunConfig* rc) {
   const std::string p = "cluster";
-  RETURN_IF_ERROR(CheckKeys(n, p, {"nodes", "gpus_per_node", "tp", "token_budget"}));
+  RETURN_IF_ERROR(CheckKeys(n, p, {"nodes", "gpus_per_node", "tp", "token_budget", "batch_steps"}));
   ASSIGN_OR_RETURN(int nodes, GetIntOr(n, p, "nodes", 1, 1, 100000));
   ASSIGN_OR_RETURN(int gpus, GetInt(n, p, "gpus_per_node", 1, 1024));
   ASSIGN_OR_RETURN(int budget, GetIntOr(n, p, "token_budget", 8192, 1, 1 << 24));
   rc->sim.policy.token_budget = budget;
+  ASSIGN_OR_RETURN(rc->sim.policy.batch_steps, GetIntOr(n, p, "batch_steps", 1, 1, policy::kMaxBatchSteps));
   rc->sim.reconfig.gpus_per_node.assign(nodes, gpus);
   std::vector<int> tps;
   if (n["tp"]) {
@@ -195,10 +196,16 @@ StatusOr<policy::LatencyProfile> LoadProfileRef(const std::string& csv, const st
   return policy::LatencyProfile::LoadJson(json);
 }
 
-// truth: {profile: {csv|json}, step_time_sigma}: step times that differ from the policy's model.
+// truth: {profile: {csv|json}, step_time_sigma, step_time_scale, batch_overhead_ms}: step
+// times that differ from the policy's model (another profile, noise, a machine this much
+// slower, a round trip per batch).
 Status ParseTruth(const YAML::Node& n, const std::string& base, RunConfig* rc) {
   const std::string p = "truth";
-  RETURN_IF_ERROR(CheckKeys(n, p, {"profile", "step_time_sigma"}));
+  RETURN_IF_ERROR(CheckKeys(n, p, {"profile", "step_time_sigma", "step_time_scale", "batch_overhead_ms"}));
+  ASSIGN_OR_RETURN(const double overhead_ms, GetDoubleOr(n, p, "batch_overhead_ms", 0.0, 0, 10000));
+  rc->sim.batch_overhead = overhead_ms / 1000;
+  ASSIGN_OR_RETURN(const double scale, GetDoubleOr(n, p, "step_time_scale", 1.0, 0.001, 1000));
+  if (scale != 1) rc->sim.step_time_factor = [scale](policy::Seconds) { return scale; };
   if (n["profile"]) {
     RETURN_IF_ERROR(ParseProfileRef(n["profile"], "truth.profile", base, &rc->truth_csv, &rc->truth_json));
   }
@@ -294,6 +301,7 @@ Status ParsePolicy(const YAML::Node& n, const std::string& base, RunConfig* rc) 
   o.block_size = rc->sim.policy.block_size;
   o.cache = rc->sim.policy.cache;
   o.token_budget = rc->sim.policy.token_budget;
+  o.batch_steps = rc->sim.policy.batch_steps;
   if (HasField(n, "thresholds")) {
     ASSIGN_OR_RETURN(o.thresholds, GetDoubleList(n, p, "thresholds", 0, 1, 1, 64));
   }

@@ -215,6 +215,28 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
 
   std::vector<DenoiseCommand> commands;
   std::vector<policy::StepOutcome> outcomes;
+  // Batches of several steps (PolicyOptions::batch_steps) run step by step: each step's
+  // outcomes decide who is in the next one and what it pushes; the host hears of the batch
+  // once, after its last. (A batch lost with its instance after some of its steps leaves the
+  // denoiser ahead of the scheduler for its requests: the next steps continue from there.)
+  struct MultiStep {
+    int done = 0;                                // steps run
+    std::vector<policy::StepOutcome> outcomes;   // of every step so far, in order
+    std::unordered_map<policy::RequestId, int> next_tokens;  // requests still running
+  };
+  std::unordered_map<policy::BatchId, MultiStep> multi;
+  // A step of `tokens` on `instance` from `now`: the truth's time, this run's factor, and
+  // the noise of step `k` of `batch`.
+  auto step_time = [&](policy::InstanceId instance, double tokens, Seconds now, policy::BatchId batch, int k) {
+    Seconds d = truth.StepSeconds(info_of.at(instance).tp, tokens);
+    if (options.step_time_factor) d *= options.step_time_factor(now);
+    if (options.step_time_sigma > 0) {
+      const double s = options.step_time_sigma;
+      const auto index = static_cast<uint64_t>(batch) + (static_cast<uint64_t>(k) << 48);
+      d *= std::exp(s * StandardNormal(fseed, kStepTime, index) - 0.5 * s * s);
+    }
+    return d;
+  };
   // Runs what the host decided: step batches onto the heap, records of requests that left,
   // drained instances stopped (and scheduled to come back).
   auto absorb = [&](Seconds now) -> Status {
@@ -223,6 +245,12 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
       host::HostOutput o = std::move(out);
       out.clear();
       for (const policy::StepBatch& b : o.batches) {
+        ++result.batches;
+        if (b.steps > 1) {  // its first step; the rest follow from what each step did
+          multi[b.id] = MultiStep{};
+          heap.push({now + options.batch_overhead + step_time(b.instance, b.tokens, now, b.id, 0), seq++, b.id});
+          continue;
+        }
         Seconds d = b.expected_seconds;
         if (options.truth_profile != nullptr) d = truth.StepSeconds(info_of.at(b.instance).tp, b.tokens);
         if (options.step_time_factor) d *= options.step_time_factor(now);
@@ -230,7 +258,7 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
           const double s = options.step_time_sigma;
           d *= std::exp(s * StandardNormal(fseed, kStepTime, static_cast<uint64_t>(b.id)) - 0.5 * s * s);
         }
-        heap.push({now + d, seq++, b.id});
+        heap.push({now + d + options.batch_overhead, seq++, b.id});
         ++result.steps;
         result.request_steps += static_cast<int64_t>(b.commands.size());
       }
@@ -317,7 +345,52 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
       heap.pop();
       now = ev.time;
       const policy::StepBatch* b = host->InFlight(ev.batch);
-      if (b == nullptr) continue;  // lost with its instance
+      auto mit = multi.find(ev.batch);
+      if (b == nullptr) {  // lost with its instance
+        if (mit != multi.end()) multi.erase(mit);
+        continue;
+      }
+      if (mit != multi.end()) {
+        MultiStep& m = mit->second;
+        if (m.done == 0 && fo.step_failure_probability > 0 &&
+            Uniform(fseed, kStepFailure, static_cast<uint64_t>(ev.batch)) < fo.step_failure_probability) {
+          multi.erase(mit);
+          ++result.failed_batches;
+          RETURN_IF_ERROR(host->BatchFailed(ev.batch, now));
+          RETURN_IF_ERROR(absorb(now));
+          continue;
+        }
+        commands.clear();
+        for (const auto& c : b->commands) {
+          const policy::RequestState* r = host->scheduler().Find(c.id);
+          if (r == nullptr || (m.done > 0 && !m.next_tokens.count(c.id))) continue;  // cancelled, or finished
+          commands.push_back({c.id, c.threshold});
+        }
+        outcomes = commands.empty() ? std::vector<policy::StepOutcome>{} : denoiser.Step(commands);
+        if (outcomes.size() != commands.size()) return Internal("denoiser returned a wrong number of outcomes");
+        ++result.steps;
+        result.request_steps += static_cast<int64_t>(commands.size());
+        ++m.done;
+        m.next_tokens.clear();
+        double tokens = 0;
+        for (const policy::StepOutcome& o : outcomes) {
+          m.outcomes.push_back(o);
+          if (o.request_done) continue;
+          const policy::RequestState& r = *host->scheduler().Find(o.id);
+          const int t = !r.cache || o.block_done ? r.spec.prompt_len + r.spec.output_len : r.block_size;
+          m.next_tokens[o.id] = t;
+          tokens += t;
+        }
+        if (m.done < b->steps && tokens > 0) {
+          heap.push({now + step_time(b->instance, tokens, now, ev.batch, m.done), seq++, ev.batch});
+          continue;
+        }
+        std::vector<policy::StepOutcome> all = std::move(m.outcomes);
+        multi.erase(mit);
+        RETURN_IF_ERROR(host->BatchDone(ev.batch, all, now));
+        RETURN_IF_ERROR(absorb(now));
+        continue;
+      }
       if (fo.step_failure_probability > 0 &&
           Uniform(fseed, kStepFailure, static_cast<uint64_t>(ev.batch)) < fo.step_failure_probability) {
         ++result.failed_batches;

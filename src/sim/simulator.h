@@ -66,6 +66,9 @@ struct SimOptions {
   // a lognormal factor with mean 1 and log-sd step_time_sigma (0: exact).
   const policy::LatencyProfile* truth_profile = nullptr;
   double step_time_sigma = 0;
+  // Plus this much per step batch, whatever its steps: the round trip between the scheduler
+  // and a worker that a profile of the engine alone leaves out.
+  policy::Seconds batch_overhead = 0;
   // And times this factor of the virtual time the step starts at (empty: 1), e.g. how fast a
   // live machine ran over a run that the simulation replays (bench-serve --fidelity).
   std::function<double(policy::Seconds)> step_time_factor;
@@ -89,6 +92,7 @@ struct SimResult {
   int64_t predictor_fallbacks = 0;  // predictions that fell back to one-shot (estimator predictor)
   int64_t events = 0;
   int64_t steps = 0;          // instance steps
+  int64_t batches = 0;        // step batches (each up to PolicyOptions::batch_steps steps)
   int64_t request_steps = 0;  // sum over steps of batch size
   // Faults (zero without them).
   int64_t instance_failures = 0, drains = 0, failed_batches = 0, cancellations = 0;

@@ -149,6 +149,46 @@ TEST_F(SimulatorTest, RequestsThatCanNeverRunFailWithAReason) {
   }
 }
 
+TEST_F(SimulatorTest, BatchesOfSeveralStepsPayTheRoundTripOnce) {
+  const auto rs = Requests(30, 60);
+  SimOptions o = Options("tediserve");
+  o.batch_overhead = 0.005;  // a round trip per batch the profile does not know
+  auto one = Run(o, rs);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  o.policy.batch_steps = 4;
+  auto four = Run(o, rs);
+  ASSERT_TRUE(four.ok()) << four.status().ToString();
+  EXPECT_EQ(one->batches, one->steps);
+  // About a quarter of the batches for about the same steps, every request answered.
+  EXPECT_LT(four->batches * 2, one->batches);
+  EXPECT_GT(four->steps, four->batches);
+  EXPECT_NEAR(static_cast<double>(four->request_steps), static_cast<double>(one->request_steps),
+              0.1 * one->request_steps);
+  for (const auto* r : {&*one, &*four}) {
+    EXPECT_EQ(Outcomes(*r).at(host::Outcome::kCompleted), static_cast<int>(rs.size()));
+  }
+  double lat_one = 0, lat_four = 0;
+  for (size_t i = 0; i < rs.size(); ++i) {
+    lat_one += one->requests[i].finish - rs[i].arrival;
+    lat_four += four->requests[i].finish - rs[i].arrival;
+  }
+  EXPECT_LT(lat_four, lat_one);  // fewer round trips per request
+  // With failed steps and failing instances, still a record for every request, and the
+  // same run twice.
+  o.faults.step_failure_probability = 0.02;
+  o.faults.random_failures = 2;
+  o.faults.recover_after = 10;
+  auto a = Run(o, rs);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_GT(a->failed_batches, 0);
+  int total = 0;
+  for (const auto& [k, v] : Outcomes(*a)) total += v;
+  EXPECT_EQ(total, static_cast<int>(rs.size()));
+  auto b = Run(o, rs);
+  ASSERT_TRUE(b.ok());
+  for (size_t i = 0; i < rs.size(); ++i) EXPECT_EQ(a->requests[i].finish, b->requests[i].finish) << i;
+}
+
 TEST_F(SimulatorTest, StepTimeErrorChangesTimesNotTheRequestCount) {
   const auto rs = Requests(40, 60);
   SimOptions o = Options("tediserve-paper");

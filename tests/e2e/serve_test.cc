@@ -222,6 +222,41 @@ TEST(ServeTest, ServesTheMultiBlockModelByDefault) {
   EXPECT_GE(correct, 16) << correct << " of " << n;
 }
 
+// A worker told to run several steps per batch (--batch-steps) decodes exactly what it does
+// one step at a time: one request at a time at the fixed threshold, the same text, steps and
+// thresholds, in about a quarter of the batches.
+TEST(ServeTest, BatchesOfSeveralStepsDecodeTheSameAnswers) {
+  const auto metric = [](const std::string& body, const std::string& key) {
+    const size_t at = body.find("\n" + key + " ");
+    return at == std::string::npos ? -1.0 : std::atof(body.c_str() + at + key.size() + 2);
+  };
+  std::vector<json> answers[2];
+  double batches[2] = {0, 0}, steps[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    Server s({"@DEFAULT_MODEL", "--policy", "fixed", "--batch-steps", k == 0 ? "1" : "4"}, {"--layout", "1", "--cores", "0"});
+    ASSERT_GT(s.port(), 0) << s.Log();
+    for (const auto& p : Heldout(6, "tiny-llada-long")) {
+      int status = 0;
+      json r = Post(s, "/v1/completions", {{"prompt", p.prompt}, {"slo_ms", 20000}}, &status);
+      ASSERT_EQ(status, 200) << r.dump();
+      answers[k].push_back(r);
+    }
+    auto m = s.Client().Get("/metrics");
+    ASSERT_TRUE(m);
+    batches[k] = metric(m->body, "tediserve_batch_requests_count");
+    steps[k] = metric(m->body, "tediserve_request_steps_total");
+  }
+  for (size_t i = 0; i < answers[0].size(); ++i) {
+    EXPECT_EQ(answers[1][i]["choices"][0]["text"], answers[0][i]["choices"][0]["text"]) << i;
+    EXPECT_EQ(answers[1][i]["tediserve"]["steps"], answers[0][i]["tediserve"]["steps"]) << i;
+    EXPECT_EQ(answers[1][i]["tediserve"]["thresholds"], answers[0][i]["tediserve"]["thresholds"]) << i;
+    EXPECT_GE(answers[1][i]["tediserve"]["steps"].get<int>(), 8);
+  }
+  EXPECT_EQ(steps[1], steps[0]);
+  EXPECT_EQ(batches[0], steps[0]);
+  EXPECT_LT(batches[1], 0.3 * steps[1]) << batches[1] << " batches for " << steps[1] << " steps";
+}
+
 TEST(ServeTest, StreamsTheSameTextWithUsageAndDone) {
   Server s;
   ASSERT_GT(s.port(), 0) << s.Log();
@@ -988,12 +1023,16 @@ TEST(ServeTest, OfficialOpenAiClientWorks) {
 TEST(ServeTest, BadFlagsExitWithAClearError) {
   for (std::vector<std::string> extra : {std::vector<std::string>{"--model", "/nonexistent-model"},
                                          std::vector<std::string>{"--policy", "nope"},
-                                         std::vector<std::string>{"--profile", "/nonexistent.csv"}}) {
+                                         std::vector<std::string>{"--profile", "/nonexistent.csv"},
+                                         std::vector<std::string>{"--batch-steps", "0"},
+                                         std::vector<std::string>{"--batch-steps", "17"}}) {
     Server s(extra);
     int st = -1;
     ASSERT_TRUE(s.WaitExit(30, &st)) << extra[0];
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 2) << extra[0] << ": " << s.Log();
-    EXPECT_NE(s.Log().find("error"), std::string::npos) << extra[0] << ": [" << s.Log() << "]";
+    // A bad value of a flag with a range names the flag and the range.
+    const bool range = extra[0] == "--batch-steps";
+    EXPECT_NE(s.Log().find(range ? "not in range 1 to 16" : "error"), std::string::npos) << extra[0] << ": [" << s.Log() << "]";
   }
 }
 
