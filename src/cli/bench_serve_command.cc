@@ -28,6 +28,7 @@
 #include "cli/fidelity.h"
 #include "cli/loadgen.h"
 #include "cli/model_setup.h"
+#include "cli/serve_command.h"
 #include "common/temp_dir.h"
 #include "engine/model_config.h"
 #include "engine/tokenizer.h"
@@ -1203,6 +1204,7 @@ int RunBenchServe(const CLI::App& cmd, const BenchServeArgs& a_in) {
     fsetup.calibration =
         a.calibration.empty() ? ModelFile(a.model_dir, "calibration.json", "calibrations", ".json") : a.calibration;
     fsetup.cache = !a.no_cache;
+    fsetup.batch_steps = ServeArgs{}.batch_steps;  // serve's default unless passed on below
     // serve's defaults, unless passed on with --serve-arg.
     for (size_t i = 0; i + 1 < a.serve_args.size(); ++i) {
       const std::string& f = a.serve_args[i];

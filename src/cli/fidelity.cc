@@ -75,7 +75,7 @@ StepScale StepScaleFrom(const std::vector<loadgen::StepSizeClass>& classes, doub
   StepScale s(overall);
   for (const loadgen::StepSizeClass& c : classes) {
     if (!(c.batches >= kMinClassBatches) || !(c.profile_s > 0) || !(c.elapsed_s > 0) || !(c.tokens > 0)) continue;
-    const double tokens = c.tokens / c.batches;
+    const double tokens = c.TokensPerStep();  // the replay prices each step by its tokens
     if (!s.points.empty() && !(tokens > s.points.back().first)) continue;  // classes out of order: keep the first
     s.points.emplace_back(tokens, c.elapsed_s / c.profile_s);
   }
@@ -104,7 +104,7 @@ double StepLevelFrom(const std::vector<loadgen::GaugeSample>& samples, StepScale
     for (const loadgen::StepSizeClass& d : loadgen::StepSizesMinus(samples[i].step_sizes, samples[i - 1].step_sizes)) {
       batches += d.batches;
       elapsed += d.elapsed_s;
-      expected += d.profile_s * scale->At(d.tokens / d.batches);
+      expected += d.profile_s * scale->At(d.TokensPerStep());
     }
     if (batches >= kMinLevelBatches && expected > 0 && elapsed > 0) {
       level = elapsed / expected;
@@ -269,7 +269,7 @@ StatusOr<std::vector<loadgen::RequestResult>> SimulatePlan(const SimSetup& setup
   };
   ASSIGN_OR_RETURN(sim::SimResult res, sim::Simulate(so, profile, *engine, requests, acc, measured));
   if (!engine->status().ok()) return engine->status().WithContext("engine in the loop");
-  if (batches != nullptr) *batches = {res.steps, res.request_steps};
+  if (batches != nullptr) *batches = {res.batches, res.batch_requests};
 
   std::vector<loadgen::RequestResult> out(plan.size());
   for (size_t i = 0; i < plan.size(); ++i) {

@@ -104,7 +104,7 @@ struct SimSetup {
   std::vector<int> layout{1};  // TP degree of each instance
   bool cache = true;
   int max_live = 256;          // serve --max-queue (requests over it are rejected)
-  int batch_steps = 1;         // serve --batch-steps
+  int batch_steps = 2;         // serve --batch-steps (its default)
   double slo_scale = 10;       // serve --slo-scale (requests the plan sent without an SLO)
   double tick_s = 0.005;       // the simulator's housekeeping tick (the live loop ticks when due)
   uint64_t seed = 1;           // the simulator's random stream (the step-time noise)

@@ -505,6 +505,7 @@ std::vector<StepSizeClass> StepSizesBetween(const std::map<std::string, double>&
     }
     c.batches = d(size_family + label);
     c.tokens = d("tediserve_step_size_tokens_total" + label);
+    c.steps = d("tediserve_step_size_steps_total" + label);
     c.profile_s = d("tediserve_step_size_profile_seconds_total" + label);
     c.elapsed_s = d("tediserve_step_size_elapsed_seconds_total" + label);
     c.ratio_sum = d("tediserve_step_size_ratio_total" + label);
@@ -524,6 +525,7 @@ std::vector<StepSizeClass> StepSizesMinus(const std::vector<StepSizeClass>& afte
       if (p.tokens_max == d.tokens_max) {
         d.batches -= p.batches;
         d.tokens -= p.tokens;
+        d.steps -= p.steps;
         d.profile_s -= p.profile_s;
         d.elapsed_s -= p.elapsed_s;
         d.ratio_sum -= p.ratio_sum;
@@ -599,6 +601,7 @@ json ToJson(const Overhead& o) {
                a.push_back({{"tokens_max", std::isfinite(c.tokens_max) ? json(c.tokens_max) : json("+Inf")},
                             {"batches", c.batches},
                             {"tokens", c.tokens},
+                            {"steps", c.steps},
                             {"profile_s", c.profile_s},
                             {"elapsed_s", c.elapsed_s},
                             {"ratio_sum", c.ratio_sum},

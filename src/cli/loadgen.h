@@ -189,10 +189,13 @@ StatusOr<std::map<std::string, double>> ParsePrometheus(const std::string& text)
 // The step batches of one size class (the server's tediserve_step_size_* series, label
 // tokens_max) that returned between two scrapes.
 struct StepSizeClass {
+  // Tokens per step of the class's batches.
+  double TokensPerStep() const { return tokens / (steps > 0 ? steps : batches); }
   double tokens_max = 0;  // the class's upper bound (infinity for the last one)
   double batches = 0, tokens = 0;
   double profile_s = 0, elapsed_s = 0;  // the profile's time for them, their launch-to-result time
   double ratio_sum = 0, ratio_squares = 0;  // each batch's own launch-to-result / profile, summed; squared
+  double steps = 0;  // steps those batches ran (0 from a server that does not say: one each)
 };
 
 struct Overhead {

@@ -90,7 +90,7 @@ CLI::App* AddServeCommand(CLI::App& app, ServeArgs* a) {
       ->check(CLI::Range(0.01, 1e6));
   s->add_option("--max-queue", a->max_queue, "live requests before new ones get 429")->check(CLI::Range(1, 1 << 20));
   s->add_option("--batch-steps", a->batch_steps,
-                "denoising steps a worker runs per batch before answering (fewer round trips; decisions every batch)")
+                "denoising steps a worker runs per batch before answering: fewer round trips, decisions every batch (default 2)")
       ->check(CLI::Range(1, policy::kMaxBatchSteps));
   s->add_option("--api-key", a->api_key, "require 'Authorization: Bearer KEY' (or TEDISERVE_API_KEY)");
   s->add_option("--max-body-kb", a->max_body_kb, "largest request body")->check(CLI::Range(1, 1 << 20));

@@ -171,9 +171,10 @@ void Scheduler::MeasureStep(Instance& inst, Seconds now, int steps, Seconds prof
   double ratio = (now - inst.batch_start) / profile_seconds;
   if (!std::isfinite(ratio)) return;
   // Rounding in a driver that adds the profile's time to a clock is not a measurement; a
-  // stalled step (a worker paused, a machine swapping) counts at most 4x.
+  // stalled step (a worker paused, a machine swapping) counts at most 4x, or twice the scale
+  // where that is more (a machine much slower than its profile is followed all the way).
   if (std::abs(ratio - 1) < 1e-9) ratio = 1;
-  ratio = std::clamp(ratio, 0.25, 4.0);
+  ratio = std::clamp(ratio, 0.25, std::max(4.0, 2 * inst.step_scale));
   inst.step_scale += options_.step_scale_weight * (ratio - inst.step_scale);
 }
 

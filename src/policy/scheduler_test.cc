@@ -978,6 +978,19 @@ TEST_F(SchedulerTest, StepTimesFollowWhatTheInstanceMeasures) {
   std::vector<Launch> out = Arrive(Spec(0, 0.0, /*slo=*/1000));
   out = Done(0, {Outcome(0)}, out[0].expected_seconds);
   EXPECT_EQ(s_->StepScale(0), 1.0);
+  // A machine 6 x slower than the profile: one step counts at most 4 x, or twice the scale
+  // once that is more, so a stalled step cannot throw the scale far but a slow machine is
+  // followed all the way.
+  Seconds now = 1;
+  for (int i = 0; i < 200; ++i) {
+    now += 6 * out[0].expected_seconds;
+    out = Done(0, {Outcome(0)}, now);
+    ASSERT_EQ(out.size(), 1u);
+  }
+  EXPECT_NEAR(s_->StepScale(0), 6.0, 0.01);
+  now += 1000;  // a step stalled for 1000 s
+  out = Done(0, {Outcome(0)}, now);
+  EXPECT_NEAR(s_->StepScale(0), 6.0 + 0.05 * (12.0 - 6.0), 0.01);
 }
 
 // A tiny event loop: arrivals, instances that finish a launch after l(tokens), and outcomes

@@ -417,7 +417,8 @@ void Runtime::DeclareMetrics() {
   // The same, by the batch's token count, so that a replay can scale the profile per batch size
   // (bench-serve --fidelity): label tokens_max, the class's upper bound.
   m.Counter("tediserve_step_size_batches_total", "Step batches that returned, by token count (tokens_max: class bound).");
-  m.Counter("tediserve_step_size_tokens_total", "Tokens of the same batches.");
+  m.Counter("tediserve_step_size_tokens_total", "Tokens of the same batches (all their steps).");
+  m.Counter("tediserve_step_size_steps_total", "Steps the same batches ran (serve --batch-steps each at most).");
   m.Counter("tediserve_step_size_profile_seconds_total", "The latency profile's time for the same batches.");
   m.Counter("tediserve_step_size_elapsed_seconds_total", "Launch to result of the same batches.");
   // Each batch's own ratio (launch to result / profile), summed and squared: how much the
@@ -719,6 +720,7 @@ void Runtime::OnResult(rpc::BatchResult r) {
       const Labels& size = StepSizeLabels(b->tokens);
       metrics_.Add("tediserve_step_size_batches_total", 1, size);
       metrics_.Add("tediserve_step_size_tokens_total", static_cast<double>(ran.tokens), size);
+      metrics_.Add("tediserve_step_size_steps_total", ran.steps, size);
       metrics_.Add("tediserve_step_size_profile_seconds_total", profile, size);
       metrics_.Add("tediserve_step_size_elapsed_seconds_total", now - flight.launched, size);
       if (profile > 0) {

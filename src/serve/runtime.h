@@ -45,7 +45,7 @@ struct RuntimeOptions {
   std::string calibration;        // tokens per step and accuracy by threshold (policy inputs)
   double slo_scale = 10;           // SLO of a request without slo_ms: this x its solo latency
   int max_live = 256;             // admission limit: live requests (queue full -> 429)
-  int batch_steps = 1;            // steps a worker runs per batch (PolicyOptions::batch_steps)
+  int batch_steps = 2;            // steps a worker runs per batch (serve --batch-steps)
   bool use_cache = true;
   std::string cluster_token;      // shared secret between the scheduler, its agents and workers
   TlsFiles tls;                   // mutual TLS on those links (off: none); see serve/tls.h

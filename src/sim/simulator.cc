@@ -246,6 +246,7 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
       out.clear();
       for (const policy::StepBatch& b : o.batches) {
         ++result.batches;
+        result.batch_requests += static_cast<int64_t>(b.commands.size());
         if (b.steps > 1) {  // its first step; the rest follow from what each step did
           multi[b.id] = MultiStep{};
           heap.push({now + options.batch_overhead + step_time(b.instance, b.tokens, now, b.id, 0), seq++, b.id});

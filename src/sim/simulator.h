@@ -93,6 +93,7 @@ struct SimResult {
   int64_t events = 0;
   int64_t steps = 0;          // instance steps
   int64_t batches = 0;        // step batches (each up to PolicyOptions::batch_steps steps)
+  int64_t batch_requests = 0;  // sum over batches of their requests (= request_steps at one step each)
   int64_t request_steps = 0;  // sum over steps of batch size
   // Faults (zero without them).
   int64_t instance_failures = 0, drains = 0, failed_batches = 0, cancellations = 0;
