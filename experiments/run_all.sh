@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build/tediserve}
-for e in e1_realworld e2_gsm8k_rps e2_gsm8k_slo e3_ablation e4_predictor e5_input_length e5_output_length e6_faults e7_step_time_error e8_classes_priority; do
+for e in e1_realworld e2_gsm8k_rps e2_gsm8k_slo e3_ablation e4_predictor e5_input_length e5_output_length e6_faults e7_step_time_error e8_classes_priority overload_cpu_live; do
   echo "== $e"
   "$BIN" simulate "experiments/$e.yaml" --quiet
 done

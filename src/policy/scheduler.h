@@ -132,7 +132,7 @@ struct PolicyOptions {
   // requests at the same thresholds before its result comes back (a request that finishes
   // stops early; blocks end and start within the batch). More than 1 divides the round trips
   // between the scheduler and a worker, at the cost of decisions (thresholds, joining
-  // requests, migrations) every batch instead of every step (docs/design.md section 3.5).
+  // requests, migrations) every batch instead of every step (docs/design.md section 3.9).
   int batch_steps = 1;
   uint64_t seed = 1;
 
