@@ -76,6 +76,8 @@ class WorkerService final : public rpc::Worker::Service {
   void Handle(const rpc::StepBatch& b, rpc::BatchResult* out) {
     out->set_worker_received_ns(MonotonicNs());
     out->set_batch_id(b.batch_id());
+    if (b.steps() < 0 || b.steps() > policy::kMaxBatchSteps)
+      return Fail(out, "steps must be in [0, " + std::to_string(policy::kMaxBatchSteps) + "]");
     for (int64_t id : b.release()) states_.erase(id);
     std::map<int64_t, std::unique_ptr<engine::DecodeState>> fresh;
     for (const rpc::RequestState& st : b.states()) {
@@ -109,8 +111,6 @@ class WorkerService final : public rpc::Worker::Service {
     }
     for (auto& [id, s] : fresh) states_[id] = std::move(s);
     if (reqs.empty()) return;
-    if (b.steps() < 0 || b.steps() > policy::kMaxBatchSteps)
-      return Fail(out, "steps must be in [0, " + std::to_string(policy::kMaxBatchSteps) + "]");
     const int steps = std::max(1, b.steps());
     double seconds = 0;
     std::vector<engine::StepResult> results;
