@@ -491,13 +491,13 @@ Status Scheduler::OnBatchDone(BatchId batch, std::span<const StepOutcome> outcom
   }
 
   const InstanceId instance = inst.info.id;
-  const Seconds ran = inst.batch_steps == 1 ? inst.batch_profile_seconds : Ran(batch, outcomes).profile_seconds;
+  last_done_ = Ran(batch, outcomes);
   batches_.erase(bit);
   inst.batch = 0;
   inst.batch_ids.clear();
   inst.busy = false;
   inst.busy_until = now;  // the truth replaces the prediction
-  MeasureStep(inst, now, std::max(1, steps_run), ran);
+  MeasureStep(inst, now, std::max(1, steps_run), last_done_.profile_seconds);
   std::vector<RequestId>& ready = ready_scratch_;
   ready.clear();
   std::vector<RequestState*>& to_refresh = refresh_scratch_;  // one batched prediction for the step

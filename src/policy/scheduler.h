@@ -282,6 +282,8 @@ class Scheduler {
     Seconds profile_seconds = 0;
   };
   RanWork Ran(BatchId batch, std::span<const StepOutcome> outcomes) const;
+  // Ran() of the last batch OnBatchDone accepted.
+  const RanWork& LastBatchDone() const { return last_done_; }
   // The instance's measured step time over the profile's (PolicyOptions::step_scale_weight);
   // 1 for an unknown instance.
   double StepScale(InstanceId id) const;
@@ -410,6 +412,7 @@ class Scheduler {
   std::vector<std::tuple<int, Seconds, RequestId>> on_time_scratch_;
   std::vector<RequestId> rest_scratch_;
   SchedulerStats stats_;
+  RanWork last_done_;  // LastBatchDone()
   std::vector<const RequestState*> batch_states_;  // RefreshBatch scratch
   std::vector<RequestState> pending_predictions_;   // async: due, not yet taken
   std::vector<double> batch_out_;

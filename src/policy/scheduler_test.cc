@@ -401,6 +401,7 @@ TEST_F(SchedulerTest, ABatchOfSeveralStepsComesBackAsOneResult) {
   EXPECT_EQ(w.tokens, 164 + 32 + 164);
   EXPECT_NEAR(w.profile_seconds, 0.0164 + 0.01 + 0.0164, 1e-9);
   out = Done(0, ran, 0.05);
+  EXPECT_EQ(s_->LastBatchDone().tokens, w.tokens);
   const RequestState* r = s_->Find(0);
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(r->steps, 3);

@@ -709,15 +709,22 @@ void Runtime::OnResult(rpc::BatchResult r) {
       if (o.request_done) l.holder = -1;  // the worker dropped its copy
       outcomes.push_back(o);
     }
-    if (b != nullptr) {
+    const bool in_flight = b != nullptr;                   // b is gone once the batch is done
+    const int first_tokens = in_flight ? b->tokens : 0;
+    Status st;
+    {
+      PolicyTimer timer(metrics_);
+      st = host_->BatchDone(bid, outcomes, now);
+    }
+    if (st.ok() && in_flight) {
       // What ran (a batch of several steps ran fewer where requests finished) and the
-      // profile's time for it; the size class is the first step's.
-      const policy::Scheduler::RanWork ran = host_->scheduler().Ran(bid, outcomes);
+      // profile's time for it, as the core priced it; the size class is the first step's.
+      const policy::Scheduler::RanWork& ran = host_->scheduler().LastBatchDone();
       const double profile = ran.profile_seconds;
       metrics_.Add("tediserve_step_profile_seconds_total", profile);
       metrics_.Add("tediserve_step_elapsed_seconds_total", now - flight.launched);
       CountOverhead(r, flight.launched, now);
-      const Labels& size = StepSizeLabels(b->tokens);
+      const Labels& size = StepSizeLabels(first_tokens);
       metrics_.Add("tediserve_step_size_batches_total", 1, size);
       metrics_.Add("tediserve_step_size_tokens_total", static_cast<double>(ran.tokens), size);
       metrics_.Add("tediserve_step_size_steps_total", ran.steps, size);
@@ -728,11 +735,6 @@ void Runtime::OnResult(rpc::BatchResult r) {
         metrics_.Add("tediserve_step_size_ratio_total", ratio, size);
         metrics_.Add("tediserve_step_size_ratio_squares_total", ratio * ratio, size);
       }
-    }
-    Status st;
-    {
-      PolicyTimer timer(metrics_);
-      st = host_->BatchDone(bid, outcomes, now);
     }
     if (!st.ok()) Log("batch " + std::to_string(bid) + ": " + st.message());
   }

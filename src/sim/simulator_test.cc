@@ -66,6 +66,20 @@ class SimulatorTest : public ::testing::Test {
     for (const auto& q : r.requests) ++n[q.outcome];
     return n;
   }
+  // Every request has exactly one record.
+  static void ExpectARecordEach(const SimResult& r, size_t requests) {
+    int total = 0;
+    for (const auto& [k, v] : Outcomes(r)) total += v;
+    EXPECT_EQ(total, static_cast<int>(requests));
+  }
+  // The same options and requests ran again: the same finish and outcome for each.
+  static void ExpectTheSameRun(const SimResult& a, const SimResult& b) {
+    ASSERT_EQ(a.requests.size(), b.requests.size());
+    for (size_t i = 0; i < a.requests.size(); ++i) {
+      EXPECT_EQ(a.requests[i].finish, b.requests[i].finish) << i;
+      EXPECT_EQ(a.requests[i].outcome, b.requests[i].outcome) << i;
+    }
+  }
   static double Attainment(const SimResult& r) {
     int met = 0, n = 0;
     for (const auto& q : r.requests) {
@@ -93,9 +107,7 @@ TEST_F(SimulatorTest, FaultsLoseNoRequestAndRunsRepeat) {
   EXPECT_EQ(a->instance_failures, 4);
   EXPECT_EQ(a->drains, 2);
   const auto n = Outcomes(*a);
-  int total = 0;
-  for (const auto& [k, v] : n) total += v;
-  EXPECT_EQ(total, static_cast<int>(rs.size()));  // every request has a record
+  ExpectARecordEach(*a, rs.size());
   EXPECT_GT(n.at(host::Outcome::kCompleted), 0);
   // 5% of clients cancel at a random time within their SLO; those whose answer came first
   // do not count.
@@ -111,11 +123,7 @@ TEST_F(SimulatorTest, FaultsLoseNoRequestAndRunsRepeat) {
   EXPECT_GT(a->scheduler_stats.lost_steps, 0);  // failures hit batches in flight
   auto b = Run(o, rs);
   ASSERT_TRUE(b.ok());
-  ASSERT_EQ(a->requests.size(), b->requests.size());
-  for (size_t i = 0; i < rs.size(); ++i) {
-    EXPECT_EQ(a->requests[i].finish, b->requests[i].finish) << i;
-    EXPECT_EQ(a->requests[i].outcome, b->requests[i].outcome) << i;
-  }
+  ExpectTheSameRun(*a, *b);
 }
 
 TEST_F(SimulatorTest, FailedStepsAreRetriedAndCounted) {
@@ -181,12 +189,10 @@ TEST_F(SimulatorTest, BatchesOfSeveralStepsPayTheRoundTripOnce) {
   auto a = Run(o, rs);
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   EXPECT_GT(a->failed_batches, 0);
-  int total = 0;
-  for (const auto& [k, v] : Outcomes(*a)) total += v;
-  EXPECT_EQ(total, static_cast<int>(rs.size()));
+  ExpectARecordEach(*a, rs.size());
   auto b = Run(o, rs);
   ASSERT_TRUE(b.ok());
-  for (size_t i = 0; i < rs.size(); ++i) EXPECT_EQ(a->requests[i].finish, b->requests[i].finish) << i;
+  ExpectTheSameRun(*a, *b);
 }
 
 TEST_F(SimulatorTest, StepTimeErrorChangesTimesNotTheRequestCount) {
