@@ -64,6 +64,11 @@ struct RequestState {
   int NextStepTokens() const {
     return NextIsRecompute() ? spec.prompt_len + spec.output_len : block_size;
   }
+  // Tokens of the step after one with outcome `o` within the same batch (the KV cache stays
+  // valid there): the sequence where o ended a block (or without the cache), else the block.
+  int TokensAfter(const StepOutcome& o) const {
+    return !cache || o.block_done ? spec.prompt_len + spec.output_len : block_size;
+  }
   // R_r: recompute steps still to come (one per block not yet started; every step without
   // the cache is a recompute step, so then it is the step count itself and not known here).
   // A lost cache adds one recompute step inside the current block.

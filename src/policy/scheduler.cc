@@ -667,8 +667,7 @@ Scheduler::RanWork Scheduler::Ran(BatchId batch, std::span<const StepOutcome> ou
     auto& [k, t] = it->second;
     if (k >= kMaxBatchSteps) continue;
     tokens[static_cast<size_t>(k++)] += t;
-    const RequestState& r = requests_.at(o.id);
-    t = !r.cache || o.block_done ? r.spec.prompt_len + r.spec.output_len : r.block_size;
+    t = requests_.at(o.id).TokensAfter(o);
   }
   for (int64_t t : tokens) {
     if (t == 0) continue;

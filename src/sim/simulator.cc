@@ -252,14 +252,7 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
           heap.push({now + options.batch_overhead + step_time(b.instance, b.tokens, now, b.id, 0), seq++, b.id});
           continue;
         }
-        Seconds d = b.expected_seconds;
-        if (options.truth_profile != nullptr) d = truth.StepSeconds(info_of.at(b.instance).tp, b.tokens);
-        if (options.step_time_factor) d *= options.step_time_factor(now);
-        if (options.step_time_sigma > 0) {
-          const double s = options.step_time_sigma;
-          d *= std::exp(s * StandardNormal(fseed, kStepTime, static_cast<uint64_t>(b.id)) - 0.5 * s * s);
-        }
-        heap.push({now + d + options.batch_overhead, seq++, b.id});
+        heap.push({now + step_time(b.instance, b.tokens, now, b.id, 0) + options.batch_overhead, seq++, b.id});
         ++result.steps;
         result.request_steps += static_cast<int64_t>(b.commands.size());
       }
@@ -377,8 +370,7 @@ StatusOr<SimResult> Simulate(const SimOptions& options, const policy::LatencyPro
         for (const policy::StepOutcome& o : outcomes) {
           m.outcomes.push_back(o);
           if (o.request_done) continue;
-          const policy::RequestState& r = *host->scheduler().Find(o.id);
-          const int t = !r.cache || o.block_done ? r.spec.prompt_len + r.spec.output_len : r.block_size;
+          const int t = host->scheduler().Find(o.id)->TokensAfter(o);
           m.next_tokens[o.id] = t;
           tokens += t;
         }
