@@ -828,36 +828,49 @@ TEST(ServeTest, ThousandConcurrentStreamsAndDisconnects) {
 }
 
 // A client of a non-streaming request that hangs up cancels its request: the worker is
-// stopped (SIGSTOP) so the requests cannot finish, ten clients give up after a second and
-// close their connections, and the server cancels those ten; after SIGCONT it serves on.
+// stopped (SIGSTOP) so the requests cannot finish, ten clients send theirs and, once the
+// server holds all ten, close their connections; the server cancels those ten, and after
+// SIGCONT it serves on. (The clients hang up only once the server has every request, so a
+// loaded machine that reads a request late cannot turn it into one that completes.)
 TEST(ServeTest, NonStreamingClientHangUpCancelsItsRequest) {
   Server s({}, {"--layout", "1", "--cores", "0"});
   ASSERT_GT(s.port(), 0) << s.Log();
   ASSERT_EQ(WaitHealthy(s, 1, 60).value("instances_up", 0), 1) << s.Log();
-  auto cancelled = [&] {
+  auto metric = [&](const std::string& key) {
     auto m = s.Client().Get("/metrics");
     if (!m) return -1;
-    const std::string key = "tediserve_requests_total{outcome=\"cancelled\"} ";
-    const size_t at = m->body.find(key);
-    return at == std::string::npos ? 0 : std::atoi(m->body.c_str() + at + key.size());
+    const size_t at = m->body.find("\n" + key + " ");
+    return at == std::string::npos ? 0 : std::atoi(m->body.c_str() + at + key.size() + 2);
   };
+  auto cancelled = [&] { return metric("tediserve_requests_total{outcome=\"cancelled\"}"); };
   const std::vector<pid_t> agents = ChildrenOf(s.pid());
   ASSERT_EQ(agents.size(), 1u);
   const std::vector<pid_t> workers = ChildrenOf(agents[0]);
   ASSERT_EQ(workers.size(), 1u);
   ASSERT_EQ(kill(workers[0], SIGSTOP), 0);
   const int quitters = 10;
-  std::vector<std::thread> clients;
-  std::atomic<int> timed_out{0};
-  for (int i = 0; i < quitters; ++i)
-    clients.emplace_back([&] {
-      httplib::Client c("127.0.0.1", s.port());
-      c.set_read_timeout(1, 0);
-      auto r = c.Post("/v1/completions", json({{"prompt", "48+39="}, {"slo_ms", 600000}}).dump(), "application/json");
-      if (!r && r.error() == httplib::Error::Read) ++timed_out;
-    });
-  for (auto& c : clients) c.join();
-  EXPECT_EQ(timed_out.load(), quitters);
+  const std::string body = json({{"prompt", "48+39="}, {"slo_ms", 600000}}).dump();
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  std::vector<int> fds;
+  for (int i = 0; i < quitters; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    fds.push_back(fd);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(s.port()));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ASSERT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  }
+  int live = 0;
+  for (int i = 0; i < 600 && live < quitters; ++i) {
+    live = metric("tediserve_live_requests");
+    if (live < quitters) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(live, quitters) << "the server holds every request before the clients leave\n" << s.Log();
+  for (const int fd : fds) close(fd);
   // The server notices within a second or so; all ten leave even with the worker stopped
   // (the one in flight once its batch is answered, so allow it to be missing until then).
   int seen = 0;
