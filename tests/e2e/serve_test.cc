@@ -828,10 +828,11 @@ TEST(ServeTest, ThousandConcurrentStreamsAndDisconnects) {
 }
 
 // A client of a non-streaming request that hangs up cancels its request: the worker is
-// stopped (SIGSTOP) so the requests cannot finish, ten clients send theirs and, once the
-// server holds all ten, close their connections; the server cancels those ten, and after
-// SIGCONT it serves on. (The clients hang up only once the server has every request, so a
-// loaded machine that reads a request late cannot turn it into one that completes.)
+// stopped (SIGSTOP) so the requests cannot finish, eleven clients send theirs and, once the
+// server holds all eleven, ten close their connections; the server cancels those ten and
+// not the eleventh, which stays and gets its answer after SIGCONT. (The clients hang up
+// only once the server has every request, so a loaded machine that reads a request late
+// cannot turn it into one that completes.)
 TEST(ServeTest, NonStreamingClientHangUpCancelsItsRequest) {
   Server s({}, {"--layout", "1", "--cores", "0"});
   ASSERT_GT(s.port(), 0) << s.Log();
@@ -853,7 +854,7 @@ TEST(ServeTest, NonStreamingClientHangUpCancelsItsRequest) {
   const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                               "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   std::vector<int> fds;
-  for (int i = 0; i < quitters; ++i) {
+  for (int i = 0; i < quitters + 1; ++i) {
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
     ASSERT_GE(fd, 0);
     fds.push_back(fd);
@@ -865,11 +866,13 @@ TEST(ServeTest, NonStreamingClientHangUpCancelsItsRequest) {
     ASSERT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
   }
   int live = 0;
-  for (int i = 0; i < 600 && live < quitters; ++i) {
+  for (int i = 0; i < 600 && live < quitters + 1; ++i) {
     live = metric("tediserve_live_requests");
-    if (live < quitters) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (live < quitters + 1) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  ASSERT_EQ(live, quitters) << "the server holds every request before the clients leave\n" << s.Log();
+  ASSERT_EQ(live, quitters + 1) << "the server holds every request before the clients leave\n" << s.Log();
+  const int stayer = fds.back();
+  fds.pop_back();
   for (const int fd : fds) close(fd);
   // The server notices within a second or so; all ten leave even with the worker stopped
   // (the one in flight once its batch is answered, so allow it to be missing until then).
@@ -888,6 +891,16 @@ TEST(ServeTest, NonStreamingClientHangUpCancelsItsRequest) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_EQ(seen, quitters) << "every hung-up request is cancelled, none completed";
+  // The client that stayed (its request checked for a hang-up for over a second) is answered.
+  std::string answer;
+  char buf[4096];
+  timeval tv{30, 0};
+  setsockopt(stayer, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  for (ssize_t n; answer.find("\r\n\r\n") == std::string::npos && (n = read(stayer, buf, sizeof buf)) > 0;)
+    answer.append(buf, static_cast<size_t>(n));
+  close(stayer);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
+  EXPECT_EQ(cancelled(), quitters) << "the client that stayed was not cancelled";
 }
 
 // A client that sends half a request and stalls is cut off after the read timeout; others are
