@@ -373,6 +373,7 @@ void HttpServer::Routes() {
     auto parsed = ParseCompletionRequest(req.body, chat, limits, rt->tokenizer());
     if (auto* e = std::get_if<ApiError>(&parsed)) return SendError(res, *e, m);
     auto creq = std::make_shared<CompletionRequest>(std::move(std::get<CompletionRequest>(parsed)));
+    creq->params.every_step = creq->stream || !creq->stop.empty();
     auto ch = rt->Submit(creq->params);
     if (!ch.ok()) {
       if (ch.status().code() == StatusCode::kResourceExhausted) res.set_header("Retry-After", "1");

@@ -624,7 +624,15 @@ void Runtime::Publish(Live& l, bool step) {
   v.steps = l.steps;
   if (step && l.params.canvas) v.canvases.push_back(l.output);
   ++v.version;
-  l.channel->cv_.notify_all();
+  if (!step || l.params.every_step || TextFinal(l.output)) l.channel->cv_.notify_all();
+}
+
+bool Runtime::TextFinal(const std::vector<int32_t>& output) const {
+  for (int32_t t : output) {
+    if (t == model_config_.mask_token_id) return false;
+    if (t == tokenizer_->eos_id()) return true;
+  }
+  return true;
 }
 
 void Runtime::CountOverhead(const rpc::BatchResult& r, double launched, double now) {
@@ -672,6 +680,7 @@ void Runtime::OnResult(rpc::BatchResult r) {
       for (const auto& c : b->commands) threshold_of[c.id] = c.threshold;
     std::vector<policy::StepOutcome> outcomes;
     outcomes.reserve(static_cast<size_t>(r.results_size()));
+    std::vector<policy::RequestId> stepped;  // published once the next batches are on their way
     for (const rpc::StepResult& s : r.results()) {
       auto it = live_.find(s.id());
       if (it == live_.end()) continue;
@@ -694,7 +703,7 @@ void Runtime::OnResult(rpc::BatchResult r) {
       metrics_.Observe("tediserve_step_threshold", th);
       metrics_.Add("tediserve_request_steps_total", 1);
       metrics_.Add("tediserve_tokens_unmasked_total", n);
-      Publish(l, true);
+      stepped.push_back(s.id());
       policy::StepOutcome o;
       o.id = s.id();
       o.unmasked = n;
@@ -737,8 +746,20 @@ void Runtime::OnResult(rpc::BatchResult r) {
       }
     }
     if (!st.ok()) Log("batch " + std::to_string(bid) + ": " + st.message());
+    // The worker waits for its next batch while this thread works: send the new batches
+    // first, then wake the requests' HTTP handlers (woken threads compete for the core the
+    // worker left, and ran ahead of the send when they were woken first).
+    SendBatches(now);
+    for (policy::RequestId id : stepped)
+      if (auto it = live_.find(id); it != live_.end()) Publish(it->second, true);
   }
   Absorb(now);
+}
+
+void Runtime::SendBatches(double now) {
+  std::vector<policy::StepBatch> batches = std::move(host_->output().batches);
+  host_->output().batches.clear();
+  for (const policy::StepBatch& b : batches) SendBatch(b, now);
 }
 
 void Runtime::OnWorkerLost(policy::InstanceId id, int generation, const std::string& why) {

@@ -68,6 +68,10 @@ struct GenerateParams {
   double min_threshold = 0, max_threshold = 1;
   bool eos_early_stop = true;
   bool canvas = false;  // keep every step's canvas for streaming
+  // Wake the waiting HTTP thread after every step (streams, stop sequences); otherwise only
+  // once the text is final (an end of sequence with nothing masked before it, or no mask
+  // left) or the request is done: a step wakes no one who would only wait on.
+  bool every_step = true;
 };
 
 // What an HTTP thread sees of its request. The loop publishes; the HTTP thread waits.
@@ -182,6 +186,7 @@ class Runtime {
   void Loop();
   void Absorb(double now);
   void SendBatch(const policy::StepBatch& b, double now);
+  void SendBatches(double now);  // the host's new batches only (Absorb sends them and the rest)
   void OnResult(rpc::BatchResult r);
   void OnWorkerLost(policy::InstanceId id, int generation, const std::string& why);
   void StartWorker(policy::InstanceId id);  // launches on a helper thread, posts the result
@@ -205,6 +210,8 @@ class Runtime {
   // Fails every live request when nothing is up and nothing is coming back.
   void FailAllIfHopeless(double now);
   void Publish(Live& l, bool step);
+  // Whether an output's text is final as the HTTP layer reads it (TextOf's `finished`).
+  bool TextFinal(const std::vector<int32_t>& output) const;
   void Finish(host::RequestRecord rec);
   void UpdateGauges();
   void DeclareMetrics();
