@@ -222,6 +222,30 @@ TEST(ServeTest, ServesTheMultiBlockModelByDefault) {
   EXPECT_GE(correct, 16) << correct << " of " << n;
 }
 
+// A non-streaming request with a stop sequence is answered with the text before it (its
+// handler follows every step; one without stops wakes only once the text is final).
+TEST(ServeTest, NonStreamingStopSequenceCutsTheText) {
+  Server s({"@DEFAULT_MODEL"});
+  ASSERT_GT(s.port(), 0) << s.Log();
+  int tried = 0;
+  for (const auto& p : Heldout(12, "tiny-llada-long")) {
+    int status = 0;
+    const json full = Post(s, "/v1/completions", {{"prompt", p.prompt}, {"slo_ms", 20000}}, &status);
+    ASSERT_EQ(status, 200) << full.dump();
+    const std::string text = full["choices"][0]["text"];
+    if (text.size() < 2) continue;
+    const std::string stop = text.substr(1, 1);
+    const std::string want = text.substr(0, text.find(stop));
+    const json r = Post(s, "/v1/completions", {{"prompt", p.prompt}, {"slo_ms", 20000}, {"stop", {stop}}}, &status);
+    ASSERT_EQ(status, 200) << r.dump();
+    EXPECT_EQ(r["choices"][0]["text"], want) << text << " stopped at " << stop;
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+    EXPECT_EQ(r["usage"]["completion_tokens"].get<int>(), static_cast<int>(want.size()));
+    ++tried;
+  }
+  EXPECT_GE(tried, 4);
+}
+
 // A worker told to run several steps per batch (--batch-steps) decodes exactly what it does
 // one step at a time: one request at a time at the fixed threshold, the same text, steps and
 // thresholds, in about a quarter of the batches.
