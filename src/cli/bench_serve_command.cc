@@ -792,6 +792,25 @@ Status Replay(const Context& ctx, fidelity::SimSetup setup, const std::vector<lo
     setup.overhead.step_sigma = sigma;
     ASSIGN_OR_RETURN(auto no_level, pooled(setup));
     alternatives.emplace_back("no_level", no_level);
+    {
+      // An alternative on the same live run: the round trip of every batch (its legs besides
+      // the engine, from /metrics) as a fixed cost per batch, and the ratio by size fitted on
+      // what is left, with the level. Session 23 compared it with the model below on one run:
+      // neither was better at every load (docs/experiments.md).
+      const loadgen::Overhead& o = run->overhead;
+      const double legs = o.to_worker_s + o.in_worker_s + o.from_worker_s + o.to_loop_s;
+      const double round_trip = o.batches > 0 && legs > 0 ? legs / o.batches : 0;
+      if (round_trip > 0 && o.step_profile_s > 0 && o.step_elapsed_s > round_trip * o.batches) {
+        fidelity::StepScale split = fidelity::StepScaleFrom(
+            o.step_sizes, (o.step_elapsed_s - round_trip * o.batches) / o.step_profile_s, round_trip);
+        const double split_level_sigma = fidelity::StepLevelFrom(run->gauges, &split, round_trip);
+        setup.overhead.per_step_s = round_trip;
+        setup.overhead.step_scale = split;
+        setup.overhead.step_sigma = std::sqrt(std::max(0.0, sigma * sigma - split_level_sigma * split_level_sigma));
+        ASSIGN_OR_RETURN(auto round_trip_per_batch, pooled(setup));
+        alternatives.emplace_back("round_trip_per_batch", round_trip_per_batch);
+      }
+    }
     // The model: the ratio by size, times the level of the half second the step starts in,
     // times independent noise for the scatter the level does not hold.
     const double level_sigma = fidelity::StepLevelFrom(run->gauges, &by_size);

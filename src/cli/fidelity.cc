@@ -71,13 +71,15 @@ double StepScale::At(double tokens) const {
   return lo->second + w * (hi->second - lo->second);
 }
 
-StepScale StepScaleFrom(const std::vector<loadgen::StepSizeClass>& classes, double overall) {
+StepScale StepScaleFrom(const std::vector<loadgen::StepSizeClass>& classes, double overall, double per_batch_s) {
   StepScale s(overall);
   for (const loadgen::StepSizeClass& c : classes) {
     if (!(c.batches >= kMinClassBatches) || !(c.profile_s > 0) || !(c.elapsed_s > 0) || !(c.tokens > 0)) continue;
     const double tokens = c.TokensPerStep();  // the replay prices each step by its tokens
     if (!s.points.empty() && !(tokens > s.points.back().first)) continue;  // classes out of order: keep the first
-    s.points.emplace_back(tokens, c.elapsed_s / c.profile_s);
+    const double engine_s = c.elapsed_s - std::max(0.0, per_batch_s) * c.batches;
+    if (!(engine_s > 0)) continue;
+    s.points.emplace_back(tokens, engine_s / c.profile_s);
   }
   return s;
 }
@@ -95,7 +97,7 @@ double StepSigmaFrom(const std::vector<loadgen::StepSizeClass>& classes) {
   return std::min(3.0, std::sqrt(std::log1p(cv2 / n)));
 }
 
-double StepLevelFrom(const std::vector<loadgen::GaugeSample>& samples, StepScale* scale) {
+double StepLevelFrom(const std::vector<loadgen::GaugeSample>& samples, StepScale* scale, double per_batch_s) {
   scale->level.clear();
   std::vector<double> logs, weights;
   double level = 1;
@@ -106,6 +108,7 @@ double StepLevelFrom(const std::vector<loadgen::GaugeSample>& samples, StepScale
       elapsed += d.elapsed_s;
       expected += d.profile_s * scale->At(d.TokensPerStep());
     }
+    elapsed -= std::max(0.0, per_batch_s) * batches;
     if (batches >= kMinLevelBatches && expected > 0 && elapsed > 0) {
       level = elapsed / expected;
       logs.push_back(std::log(level));

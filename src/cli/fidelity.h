@@ -46,7 +46,11 @@ struct StepScale {
 // A size class gives a point once it holds this many batches: fewer are too noisy to trust.
 inline constexpr double kMinClassBatches = 10;
 // The run's ratio by size class (loadgen::Overhead::step_sizes) with `overall` for the rest.
-StepScale StepScaleFrom(const std::vector<loadgen::StepSizeClass>& classes, double overall);
+// With `per_batch_s` > 0 each batch's launch-to-result time is that fixed cost (the round trip,
+// paid by the replay once per batch) plus a ratio of its profile time: the ratio is fitted on
+// what is left after the fixed cost (a class left with nothing gives no point).
+StepScale StepScaleFrom(const std::vector<loadgen::StepSizeClass>& classes, double overall,
+                        double per_batch_s = 0);
 // How much single batches scatter around their class's mean ratio, as the log-sd of a
 // lognormal factor with mean 1 and the same coefficient of variation (sim::SimOptions::
 // step_time_sigma): sigma^2 = ln(1 + CV^2), CV^2 pooled over the classes (weighted by batches;
@@ -60,7 +64,9 @@ double StepSigmaFrom(const std::vector<loadgen::StepSizeClass>& classes);
 // the run's batches (each interval weighted by its batches), the part of the scatter that the
 // level already holds.
 inline constexpr double kMinLevelBatches = 5;
-double StepLevelFrom(const std::vector<loadgen::GaugeSample>& samples, StepScale* scale);
+// With `per_batch_s` > 0 the level scales only what is left of each interval's batches after
+// that fixed cost per batch (as StepScaleFrom fits them).
+double StepLevelFrom(const std::vector<loadgen::GaugeSample>& samples, StepScale* scale, double per_batch_s = 0);
 
 // Costs of the live path that the latency profile leaves out.
 struct Overhead {

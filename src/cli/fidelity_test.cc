@@ -97,6 +97,35 @@ TEST(FidelityTest, StepScaleFollowsTheSizeClasses) {
   EXPECT_FALSE(OffsetProfile(*p, 0, 300, bad).ok());
 }
 
+// With a fixed cost per batch, each class's ratio is fitted on what is left of its batches'
+// time; a class that the fixed cost alone exceeds gives no point. The level scales only that
+// rest too.
+TEST(FidelityTest, StepScaleAndLevelLeaveOutAFixedCostPerBatch) {
+  // 100 batches of 1 s profile and 2 s elapsed: 0.5 ms each fixed leaves 1.95 s (x1.95);
+  // 50 batches of 2 s profile and 6 s elapsed leave 5.975 s (x2.9875); 20 batches with less
+  // elapsed than their fixed cost.
+  std::vector<loadgen::StepSizeClass> classes = {
+      {16, 100, 800, 1.0, 2.0}, {128, 50, 4000, 2.0, 6.0}, {256, 20, 2000, 1.0, 0.005}};
+  const StepScale s = StepScaleFrom(classes, 2.5, 0.0005);
+  ASSERT_EQ(s.points.size(), 2u);
+  EXPECT_DOUBLE_EQ(s.points[0].second, 1.95);
+  EXPECT_DOUBLE_EQ(s.points[1].second, 2.9875);
+  const StepScale zero = StepScaleFrom(classes, 2.5, 0);
+  EXPECT_DOUBLE_EQ(zero.points[0].second, 2);  // no fixed cost: as before
+  // Level: 100 batches at 1 s profile, 2.05 s elapsed, 0.5 ms fixed each: 2.0 s over x2 = 1.
+  loadgen::GaugeSample a, b;
+  a.t = 0;
+  b.t = 0.5;
+  b.step_sizes = {{16, 100, 800, 1.0, 2.05}};
+  StepScale l(2);
+  l.points = {{8, 2.0}};
+  StepLevelFrom({a, b}, &l, 0.0005);
+  ASSERT_EQ(l.level.size(), 1u);
+  EXPECT_DOUBLE_EQ(l.level[0].second, 1);
+  StepLevelFrom({a, b}, &l);
+  EXPECT_DOUBLE_EQ(l.level[0].second, 1.025);  // the fixed cost counted in the ratio
+}
+
 TEST(FidelityTest, StepSigmaPoolsTheScatterWithinClasses) {
   // Class 1: 100 batches, ratios of mean 3 and variance 0.9 (CV^2 0.1); class 2: 100 batches
   // all at 2 (CV 0); class 3: too few batches to count.
