@@ -173,7 +173,7 @@ int TcpEstablished(const sockaddr_storage& local, const sockaddr_storage& peer) 
 // its client hangs up (cpp-httplib 0.11 gives a handler no socket, only the two addresses).
 // The kernel is asked for the state of the connection with those two ends (sock_diag); where
 // it cannot say, the socket is found once among this process's descriptors (a scan of every
-// descriptor: with hundreds of connections open it cost the server a sixth of its CPU time
+// descriptor: with hundreds of connections open it was a seventh of the server's CPU samples
 // under overload, so it is the fallback only).
 class Connection {
  public:
