@@ -273,20 +273,10 @@ std::variant<CompletionRequest, ApiError> ParseCompletionRequest(std::string_vie
 FinalText TextOf(const std::vector<int32_t>& output, const engine::Tokenizer& tokenizer, int32_t mask_id,
                  const std::vector<std::string>& stop) {
   FinalText f;
-  std::vector<int32_t> ids;
-  bool masked = false;
-  for (int32_t t : output) {
-    if (t == mask_id) {
-      masked = true;
-      break;
-    }
-    if (t == tokenizer.eos_id()) {
-      f.eos = true;
-      break;
-    }
-    ids.push_back(t);
-  }
-  f.finished = f.eos || !masked;
+  const FinalPrefix p = FinalPrefixOf(output, mask_id, tokenizer.eos_id());
+  const std::vector<int32_t> ids(output.begin(), output.begin() + static_cast<std::ptrdiff_t>(p.length));
+  f.eos = p.eos;
+  f.finished = p.Finished();
   // The whole sequence at once: a byte-level BPE token may hold part of a UTF-8 character,
   // so tokens decoded one by one would each show U+FFFD.
   f.text = tokenizer.Decode(ids, -1);

@@ -81,6 +81,19 @@ class PolicyTimer {
 
 }  // namespace
 
+FinalPrefix FinalPrefixOf(const std::vector<int32_t>& output, int32_t mask_id, int32_t eos_id) {
+  FinalPrefix p;
+  for (int32_t t : output) {
+    if (t == mask_id || t == eos_id) {
+      p.masked = t == mask_id;
+      p.eos = !p.masked;
+      break;
+    }
+    ++p.length;
+  }
+  return p;
+}
+
 bool RequestChannel::Wait(uint64_t seen, double timeout_s, RequestView* out) {
   std::unique_lock<std::mutex> l(mu_);
   const bool changed = cv_.wait_for(l, std::chrono::duration<double>(timeout_s),
@@ -616,23 +629,16 @@ void Runtime::SendBatch(const policy::StepBatch& b, double now) {
   }
 }
 
-void Runtime::Publish(Live& l, bool step) {
+void Runtime::Publish(Live& l) {
   std::lock_guard<std::mutex> g(l.channel->mu_);
   RequestView& v = l.channel->view_;
   v.output = l.output;
   v.thresholds = l.thresholds;
   v.steps = l.steps;
-  if (step && l.params.canvas) v.canvases.push_back(l.output);
+  if (l.params.canvas) v.canvases.push_back(l.output);
   ++v.version;
-  if (!step || l.params.every_step || TextFinal(l.output)) l.channel->cv_.notify_all();
-}
-
-bool Runtime::TextFinal(const std::vector<int32_t>& output) const {
-  for (int32_t t : output) {
-    if (t == model_config_.mask_token_id) return false;
-    if (t == tokenizer_->eos_id()) return true;
-  }
-  return true;
+  if (l.params.every_step || FinalPrefixOf(l.output, model_config_.mask_token_id, tokenizer_->eos_id()).Finished())
+    l.channel->cv_.notify_all();
 }
 
 void Runtime::CountOverhead(const rpc::BatchResult& r, double launched, double now) {
@@ -751,7 +757,7 @@ void Runtime::OnResult(rpc::BatchResult r) {
     // worker left, and ran ahead of the send when they were woken first).
     SendBatches(now);
     for (policy::RequestId id : stepped)
-      if (auto it = live_.find(id); it != live_.end()) Publish(it->second, true);
+      if (auto it = live_.find(id); it != live_.end()) Publish(it->second);
   }
   Absorb(now);
 }

@@ -74,6 +74,16 @@ struct GenerateParams {
   bool every_step = true;
 };
 
+// The final part of an output: the tokens before the first masked position, up to an end of
+// sequence (not included). Its text can no longer grow unless a mask ended it.
+struct FinalPrefix {
+  size_t length = 0;
+  bool eos = false;     // an end of sequence ended it
+  bool masked = false;  // a masked position ended it
+  bool Finished() const { return !masked; }
+};
+FinalPrefix FinalPrefixOf(const std::vector<int32_t>& output, int32_t mask_id, int32_t eos_id);
+
 // What an HTTP thread sees of its request. The loop publishes; the HTTP thread waits.
 struct RequestView {
   std::vector<int32_t> output;              // the canonical output (mask id where masked)
@@ -209,9 +219,9 @@ class Runtime {
   void RestartLocalAgent();
   // Fails every live request when nothing is up and nothing is coming back.
   void FailAllIfHopeless(double now);
-  void Publish(Live& l, bool step);
-  // Whether an output's text is final as the HTTP layer reads it (TextOf's `finished`).
-  bool TextFinal(const std::vector<int32_t>& output) const;
+  // After a step: the request's view (and canvas) for its HTTP thread, woken when it follows
+  // every step or the text is final.
+  void Publish(Live& l);
   void Finish(host::RequestRecord rec);
   void UpdateGauges();
   void DeclareMetrics();
