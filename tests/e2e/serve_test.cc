@@ -159,6 +159,12 @@ class Server {
   int exit_status_ = -1;
 };
 
+// One sample's value in a Prometheus text body (`key` with its labels), or `absent`.
+double MetricIn(const std::string& body, const std::string& key, double absent = -1) {
+  const size_t at = body.find("\n" + key + " ");
+  return at == std::string::npos ? absent : std::atof(body.c_str() + at + key.size() + 2);
+}
+
 json Post(const Server& s, const std::string& path, const json& body, int* status = nullptr) {
   auto c = s.Client();
   auto r = c.Post(path.c_str(), body.dump(), "application/json");
@@ -250,10 +256,6 @@ TEST(ServeTest, NonStreamingStopSequenceCutsTheText) {
 // one step at a time: one request at a time at the fixed threshold, the same text, steps and
 // thresholds, in about a quarter of the batches.
 TEST(ServeTest, BatchesOfSeveralStepsDecodeTheSameAnswers) {
-  const auto metric = [](const std::string& body, const std::string& key) {
-    const size_t at = body.find("\n" + key + " ");
-    return at == std::string::npos ? -1.0 : std::atof(body.c_str() + at + key.size() + 2);
-  };
   std::vector<json> answers[2];
   double batches[2] = {0, 0}, steps[2] = {0, 0};
   for (int k = 0; k < 2; ++k) {
@@ -267,8 +269,8 @@ TEST(ServeTest, BatchesOfSeveralStepsDecodeTheSameAnswers) {
     }
     auto m = s.Client().Get("/metrics");
     ASSERT_TRUE(m);
-    batches[k] = metric(m->body, "tediserve_batch_requests_count");
-    steps[k] = metric(m->body, "tediserve_request_steps_total");
+    batches[k] = MetricIn(m->body, "tediserve_batch_requests_count");
+    steps[k] = MetricIn(m->body, "tediserve_request_steps_total");
   }
   for (size_t i = 0; i < answers[0].size(); ++i) {
     EXPECT_EQ(answers[1][i]["choices"][0]["text"], answers[0][i]["choices"][0]["text"]) << i;
@@ -825,9 +827,7 @@ TEST(ServeTest, ThousandConcurrentStreamsAndDisconnects) {
     httplib::Client c("127.0.0.1", s.port());
     while (sampling) {
       if (auto m = c.Get("/metrics")) {
-        const std::string key = "\ntediserve_live_requests ";
-        const size_t at = m->body.find(key);
-        if (at != std::string::npos) live_peak = std::max(live_peak.load(), std::atoi(m->body.c_str() + at + key.size()));
+        live_peak = std::max(live_peak.load(), static_cast<int>(MetricIn(m->body, "tediserve_live_requests", 0)));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -863,9 +863,7 @@ TEST(ServeTest, NonStreamingClientHangUpCancelsItsRequest) {
   ASSERT_EQ(WaitHealthy(s, 1, 60).value("instances_up", 0), 1) << s.Log();
   auto metric = [&](const std::string& key) {
     auto m = s.Client().Get("/metrics");
-    if (!m) return -1;
-    const size_t at = m->body.find("\n" + key + " ");
-    return at == std::string::npos ? 0 : std::atoi(m->body.c_str() + at + key.size() + 2);
+    return m ? static_cast<int>(MetricIn(m->body, key, 0)) : -1;
   };
   auto cancelled = [&] { return metric("tediserve_requests_total{outcome=\"cancelled\"}"); };
   const std::vector<pid_t> agents = ChildrenOf(s.pid());
