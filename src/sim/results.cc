@@ -36,7 +36,7 @@ template <typename Keep>
 Summary SummarizeIf(const std::vector<RequestResult>& requests, const std::string& name, Keep keep) {
   Summary s;
   s.name = name;
-  std::vector<double> lat;
+  std::vector<double> lat;  // of the completed requests
   double met = 0, q = 0, th = 0, st = 0;
   for (const RequestResult& r : requests) {
     if (!keep(r)) continue;
@@ -44,24 +44,30 @@ Summary SummarizeIf(const std::vector<RequestResult>& requests, const std::strin
       ++s.cancelled;
       continue;
     }
-    (r.outcome == host::Outcome::kCompleted ? s.completed : s.failed) += 1;
-    lat.push_back(r.latency);
     met += r.met;
     q += r.quality;
+    s.migrations += r.migrations;
+    if (r.outcome != host::Outcome::kCompleted) {
+      ++s.failed;
+      continue;
+    }
+    ++s.completed;
+    lat.push_back(r.latency);
     th += r.mean_threshold;
     st += r.steps;
-    s.migrations += r.migrations;
   }
-  s.requests = static_cast<int>(lat.size()) + s.cancelled;
+  s.requests = s.completed + s.failed + s.cancelled;
+  const int counted = s.completed + s.failed;
+  if (counted == 0) return s;
+  s.attainment = met / counted;
+  s.quality = q / counted;
   if (lat.empty()) return s;
   const double n = lat.size();
-  s.attainment = met / n;
   double sum = 0;
   for (double x : lat) sum += x;
   s.mean_latency = sum / n;
   s.p50_latency = Quantile(lat, 0.5);
   s.p99_latency = Quantile(lat, 0.99);
-  s.quality = q / n;
   s.mean_threshold = th / n;
   s.mean_steps = st / n;
   return s;

@@ -20,7 +20,9 @@ struct Summary {
   std::string name;  // period name, or "overall"
   int requests = 0;
   // How they ended: completed, cancelled by the client, or failed (rejected, aborted, or no
-  // instance left). Attainment counts every request that was not cancelled.
+  // instance left). Attainment and quality count every request that was not cancelled (a
+  // failed one as missed and wrong); latency, threshold and steps are over the completed ones
+  // (a request turned away at arrival has none of them).
   int completed = 0, cancelled = 0, failed = 0;
   double attainment = 0;
   double mean_latency = 0, p50_latency = 0, p99_latency = 0;

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "sim/calibration.h"
+#include "sim/results.h"
 #include "sim/statistical_denoiser.h"
 
 namespace tediserve::sim {
@@ -318,6 +319,42 @@ TEST_F(SimulatorTest, BadFaultOptionsAreRefused) {
   o = Options("tediserve-paper");
   o.step_time_sigma = -1;
   EXPECT_THAT(Run(o, rs).status().message(), HasSubstr("step_time_sigma"));
+}
+
+// A request turned away at arrival has no latency, threshold or steps: counting its zeros in
+// those means made a fixed-threshold policy look as if it lowered its threshold at overload.
+TEST(SummaryTest, LatencyThresholdAndStepsAreOverCompletedRequestsOnly) {
+  std::vector<RequestResult> rs(5);
+  for (int i = 0; i < 5; ++i) rs[i].id = i;
+  for (int i : {0, 1}) {
+    rs[i].outcome = host::Outcome::kCompleted;
+    rs[i].latency = 0.1 * (i + 1);
+    rs[i].mean_threshold = 0.9;
+    rs[i].steps = 4 + 2 * i;
+    rs[i].quality = 1;
+    rs[i].met = true;
+  }
+  rs[2].outcome = host::Outcome::kRejected;
+  rs[3].outcome = host::Outcome::kAborted;
+  rs[3].latency = 5;
+  rs[3].steps = 30;
+  rs[4].outcome = host::Outcome::kCancelled;
+  const Summary s = Summarize(rs, "all");
+  EXPECT_EQ(s.requests, 5);
+  EXPECT_EQ(s.completed, 2);
+  EXPECT_EQ(s.failed, 2);
+  EXPECT_EQ(s.cancelled, 1);
+  EXPECT_DOUBLE_EQ(s.attainment, 0.5);  // the failed ones count as missed and wrong
+  EXPECT_DOUBLE_EQ(s.quality, 0.5);
+  EXPECT_DOUBLE_EQ(s.mean_threshold, 0.9);
+  EXPECT_DOUBLE_EQ(s.mean_steps, 5);
+  EXPECT_NEAR(s.mean_latency, 0.15, 1e-12);
+  EXPECT_NEAR(s.p99_latency, 0.2, 1e-12);
+  const Summary none = Summarize({rs[2], rs[4]}, "none completed");
+  EXPECT_EQ(none.failed, 1);
+  EXPECT_DOUBLE_EQ(none.attainment, 0);
+  EXPECT_DOUBLE_EQ(none.mean_threshold, 0);
+  EXPECT_DOUBLE_EQ(none.mean_latency, 0);
 }
 
 }  // namespace
