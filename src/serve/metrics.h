@@ -1,6 +1,6 @@
 // Prometheus metrics of the server (text exposition format 0.0.4), all named tediserve_*.
 // Families are declared once with their type and help; samples are keyed by a label set.
-// Thread-safe: the loop thread updates, HTTP threads render.
+// Thread-safe: the runtime's tasks update, HTTP threads render.
 #pragma once
 
 #include <map>

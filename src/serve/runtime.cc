@@ -59,7 +59,7 @@ double ThreadCpuSeconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-// Times one call into the policy core (the host layer) on the loop thread: the thread's CPU
+// Times one call into the policy core (the host layer) from a task: the thread's CPU
 // time is what the policy costs; wall time also counts the moments the OS gave the core to
 // another thread (on a machine with fewer cores than busy threads, much larger).
 class PolicyTimer {
@@ -269,6 +269,9 @@ Runtime::~Runtime() {
     cv_.notify_all();
   }
   if (loop_.joinable()) loop_.join();
+  // A reader thread may be running tasks; after this none starts (stop_) and none blocks
+  // on run_mu_ (they only try it), so closing the clients below can join the readers.
+  std::lock_guard<std::mutex> run(run_mu_);
   for (auto& [id, inst] : instances_) {
     if (inst.client) inst.client->Close();
     StopInstanceWorker(inst);
@@ -289,6 +292,29 @@ void Runtime::Post(std::function<void()> task) {
   std::lock_guard<std::mutex> l(mu_);
   tasks_.push_back(std::move(task));
   cv_.notify_one();
+}
+
+namespace {
+thread_local const void* running_tasks_of = nullptr;  // the runtime whose tasks this thread runs
+}  // namespace
+
+void Runtime::PostAndRun(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    tasks_.push_back(std::move(task));
+    if (stop_) return;
+  }
+  if (running_tasks_of == this) return;  // posted by a task: the run in progress takes it
+  // Whoever holds run_mu_ looks at the queue again after releasing it, so a task queued while
+  // the try fails is never left behind.
+  while (run_mu_.try_lock()) {
+    running_tasks_of = this;
+    RunTasks();
+    running_tasks_of = nullptr;
+    run_mu_.unlock();
+    std::lock_guard<std::mutex> l(mu_);
+    if (tasks_.empty() || stop_) return;
+  }
 }
 
 int Runtime::instances_up() const { return up_count_.load(); }
@@ -451,11 +477,11 @@ void Runtime::DeclareMetrics() {
   m.Counter("tediserve_worker_failures_total", "Workers that died or stopped answering.");
   m.Counter("tediserve_batch_failures_total", "Step batches a worker refused.");
   m.Gauge("tediserve_predictor_fallbacks", "Step predictions that fell back to the one-shot estimate.");
-  m.Counter("tediserve_scheduler_seconds_total", "CPU time the loop thread spent in the policy core (host layer).");
+  m.Counter("tediserve_scheduler_seconds_total", "CPU time the runtime's tasks spent in the policy core (host layer).");
   m.Counter("tediserve_scheduler_wall_seconds_total",
             "Wall time of the same policy-core calls (includes time the OS ran other threads).");
   m.Counter("tediserve_loop_seconds_total",
-            "CPU time the loop thread spent working: policy core, results, dispatch, bookkeeping.");
+            "CPU time spent running the runtime's tasks: policy core, results, dispatch, bookkeeping.");
   m.Counter("tediserve_step_seconds_total", "Time workers spent in steps.");
 }
 
@@ -529,34 +555,73 @@ void Runtime::Drain(double deadline_s) {
   fut.wait();
 }
 
-void Runtime::Loop() {
+void Runtime::RetireClient(std::shared_ptr<WorkerClient> c) {
+  if (!c) return;
+  c->Close();
+  if (!c->OnReaderThread()) return;
+  // Running a result's tasks on this client's own reader: the loop thread joins and drops it.
+  std::lock_guard<std::mutex> l(mu_);
+  retired_clients_.push_back(std::move(c));
+  cv_.notify_one();
+}
+
+void Runtime::RunTasks() {
+  const double cpu0 = ThreadCpuSeconds();
   while (true) {
     std::deque<std::function<void()>> tasks;
     {
-      std::unique_lock<std::mutex> l(mu_);
-      double wake = host_->NextWakeup();
-      for (const auto& [id, f] : flights_) wake = std::min(wake, f.deadline);
-      const double now = Now();
-      const double wait = std::clamp(std::isfinite(wake) ? wake - now : 1.0, 0.0, 1.0);
-      cv_.wait_for(l, std::chrono::duration<double>(wait), [&] { return stop_ || !tasks_.empty(); });
-      if (stop_) return;
+      std::lock_guard<std::mutex> l(mu_);
       tasks.swap(tasks_);
     }
-    const double cpu0 = ThreadCpuSeconds();
+    if (tasks.empty()) break;
     for (auto& t : tasks) t();
-    const double now = Now();
-    if (now >= host_->NextWakeup()) {
-      PolicyTimer timer(metrics_);
-      (void)host_->Tick(now);
+  }
+  const double now = Now();
+  if (now >= host_->NextWakeup()) {
+    PolicyTimer timer(metrics_);
+    (void)host_->Tick(now);
+  }
+  // A worker that stops answering: its batch is lost and the worker replaced.
+  std::vector<std::pair<policy::InstanceId, int>> stuck;
+  for (const auto& [id, f] : flights_)
+    if (now > f.deadline) stuck.emplace_back(f.instance, instances_[f.instance].generation);
+  for (auto [inst, gen] : stuck) OnWorkerLost(inst, gen, "no answer within the step timeout");
+  Absorb(now);
+  UpdateGauges();
+  double wake = host_->NextWakeup();
+  for (const auto& [id, f] : flights_) wake = std::min(wake, f.deadline);
+  metrics_.Add("tediserve_loop_seconds_total", ThreadCpuSeconds() - cpu0);
+  std::lock_guard<std::mutex> l(mu_);  // while run_mu_ is held: the last run's timer wins
+  next_wake_ = wake;
+  if (wake < loop_until_) {  // the loop thread sleeps past it
+    retime_ = true;
+    cv_.notify_one();
+  }
+}
+
+void Runtime::Loop() {
+  while (true) {
+    {
+      std::lock_guard<std::mutex> run(run_mu_);
+      running_tasks_of = this;
+      RunTasks();
+      running_tasks_of = nullptr;
     }
-    // A worker that stops answering: its batch is lost and the worker replaced.
-    std::vector<std::pair<policy::InstanceId, int>> stuck;
-    for (const auto& [id, f] : flights_)
-      if (now > f.deadline) stuck.emplace_back(f.instance, instances_[f.instance].generation);
-    for (auto [inst, gen] : stuck) OnWorkerLost(inst, gen, "no answer within the step timeout");
-    Absorb(now);
-    UpdateGauges();
-    metrics_.Add("tediserve_loop_seconds_total", ThreadCpuSeconds() - cpu0);
+    std::unique_lock<std::mutex> l(mu_);
+    if (stop_) return;
+    const double now = Now();
+    const double wait = std::clamp(std::isfinite(next_wake_) ? next_wake_ - now : 1.0, 0.0, 1.0);
+    loop_until_ = now + wait;
+    cv_.wait_for(l, std::chrono::duration<double>(wait),
+                 [&] { return stop_ || retime_ || !tasks_.empty() || !retired_clients_.empty(); });
+    retime_ = false;
+    loop_until_ = 0;
+    std::vector<std::shared_ptr<WorkerClient>> retired;
+    retired.swap(retired_clients_);
+    l.unlock();
+    for (auto& c : retired) c->Close();  // joins its reader
+    retired.clear();
+    if (stop_) return;
   }
 }
 
@@ -573,8 +638,7 @@ void Runtime::Absorb(double now) {
       if (it != instances_.end()) {
         Instance& inst = it->second;
         inst.up = false;
-        if (inst.client) inst.client->Close();
-        inst.client.reset();
+        RetireClient(std::move(inst.client));
         StopInstanceWorker(inst);
         --up_count_;
         if (inst.retiring) {
@@ -784,8 +848,7 @@ void Runtime::OnWorkerLost(policy::InstanceId id, int generation, const std::str
   inst.release.clear();
   Status s = host_->RemoveInstance(id, now, true);
   if (!s.ok()) Log("removing worker " + std::to_string(id) + ": " + s.message());
-  if (inst.client) inst.client->Close();
-  inst.client.reset();
+  RetireClient(std::move(inst.client));
   StopInstanceWorker(inst);
   if (inst.retiring) {  // it was leaving the layout anyway
     inst.retiring = false;
@@ -828,7 +891,7 @@ void Runtime::StartWorker(policy::InstanceId id) {
       inst.starting = false;
       if (inst.generation != gen || draining_ || inst.retired || !err.ok()) {
         if (!err.ok()) Log("starting worker " + std::to_string(id) + ": " + err.message());
-        if (started.client) started.client->Close();
+        RetireClient(std::move(started.client));
         if (started.pid > 0) hub_->StopWorker(inst.node, started.pid);
         if (inst.retired) PlaceWaiting();
         FailAllIfHopeless(Now());
@@ -854,7 +917,7 @@ StatusOr<Runtime::Started> Runtime::LaunchAndConnect(const std::string& node, co
   const policy::InstanceId id = info.id;
   auto c = WorkerClient::Connect(
       w.address, options_.cluster_token, tls_.ChannelCredentials(), 30,
-      [this](rpc::BatchResult res) { Post([this, res = std::move(res)]() mutable { OnResult(std::move(res)); }); },
+      [this](rpc::BatchResult res) { PostAndRun([this, res = std::move(res)]() mutable { OnResult(std::move(res)); }); },
       [this, id, generation](const std::string& why) {
         Post([this, id, generation, why] { OnWorkerLost(id, generation, why); });
       });

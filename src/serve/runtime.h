@@ -1,7 +1,10 @@
-// The serving runtime's core: one loop thread drives the host layer (src/host/) with a real
-// clock over worker processes, exactly as the simulator drives it with a virtual one
-// (docs/design.md section 5). HTTP threads only post work to the loop and wait on a
-// request's channel for its progress.
+// The serving runtime's core: it drives the host layer (src/host/) with a real clock over
+// worker processes, exactly as the simulator drives it with a virtual one (docs/design.md
+// section 5). Its state is touched only by tasks, run one at a time under `run_mu_`: by the
+// loop thread (timers, and whatever other threads post), or, for a worker's result, by that
+// worker's reader thread itself when no one else is running tasks (no hand-off between the
+// result and the next batch). HTTP threads only post work and wait on a request's channel for
+// its progress.
 #pragma once
 
 #include <condition_variable>
@@ -51,7 +54,7 @@ struct RuntimeOptions {
   TlsFiles tls;                   // mutual TLS on those links (off: none); see serve/tls.h
   double step_timeout_s = 30;     // a batch unanswered this long fails its worker
   bool restart_workers = true;    // a failed worker is started again on the same cores
-  // Called on the loop thread for each request the core accepted, with the SLO it was given
+  // Called from the runtime's tasks for each request the core accepted, with the SLO it was given
   // (the live reconfigurer's workload monitor, src/serve/reconfigurer.h). Must be cheap.
   std::function<void(const policy::RequestSpec&)> on_accepted;
 };
@@ -192,8 +195,17 @@ class Runtime {
   double Now() const;
   // Adds a returned batch's launch-to-result time besides the engine's, by leg.
   void CountOverhead(const rpc::BatchResult& r, double launched, double now);
+  // Queues a task and wakes the loop thread to run it.
   void Post(std::function<void()> task);
+  // Queues a task and runs the queue on the calling thread unless another thread is running
+  // tasks (which then runs it). Only for threads that hold no lock the tasks may take.
+  void PostAndRun(std::function<void()> task);
+  // Runs the queued tasks, then the timers, stuck flights and the host's output, and sets
+  // when the next timer is due; `run_mu_` held.
+  void RunTasks();
   void Loop();
+  // Closes a worker's client; on that client's own reader thread, the loop thread finishes it.
+  void RetireClient(std::shared_ptr<WorkerClient> c);
   void Absorb(double now);
   void SendBatch(const policy::StepBatch& b, double now);
   void SendBatches(double now);  // the host's new batches only (Absorb sends them and the rest)
@@ -208,7 +220,7 @@ class Runtime {
   };
   StatusOr<Started> LaunchAndConnect(const std::string& node, const policy::InstanceInfo& info, int generation);
   void StopInstanceWorker(Instance& inst);
-  // Agents (loop thread).
+  // Agents (run_mu_).
   void NoteAgent(const AgentInfo& a);
   bool Place(Instance& inst);  // on the first agent with inst.info.tp free devices
   void PlaceWaiting();         // places and starts new instances that wait for devices
@@ -229,10 +241,10 @@ class Runtime {
   RuntimeOptions options_;
   Tls tls_;  // options_.tls, loaded
   std::unique_ptr<AgentHub> hub_;
-  ChildProcess local_agent_;        // loop thread once started
+  ChildProcess local_agent_;        // run_mu_ once started
   int local_agent_restarts_ = 0;
   bool local_agent_starting_ = false;
-  std::map<std::string, AgentInfo> agents_;  // joined agents, by node (loop thread)
+  std::map<std::string, AgentInfo> agents_;  // joined agents, by node (run_mu_)
   std::map<std::string, int> node_index_;    // node name -> InstanceInfo::node
   std::unique_ptr<engine::Tokenizer> tokenizer_;
   engine::ModelConfig model_config_;
@@ -242,7 +254,7 @@ class Runtime {
   std::unique_ptr<host::Host> host_;
   Metrics metrics_;
 
-  // Loop-thread state.
+  // State of the tasks (run_mu_).
   std::unordered_map<policy::RequestId, Live> live_;
   std::map<policy::InstanceId, Instance> instances_;
   std::map<policy::BatchId, Flight> flights_;
@@ -251,10 +263,15 @@ class Runtime {
   bool draining_ = false;
 
   // Shared with posting threads.
+  std::mutex run_mu_;  // held while running tasks (guards everything above)
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> tasks_;
   bool stop_ = false;
+  double next_wake_ = 0;   // when the next timer is due, as the last run of tasks left it
+  double loop_until_ = 0;  // when the loop thread's sleep ends (Now() terms; 0: awake)
+  bool retime_ = false;    // a run of tasks moved the next timer before that
+  std::vector<std::shared_ptr<WorkerClient>> retired_clients_;  // for the loop thread to join
   std::atomic<int64_t> next_id_{0};
   std::atomic<int> live_count_{0};
   std::atomic<bool> accepting_{true};

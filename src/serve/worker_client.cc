@@ -39,6 +39,10 @@ WorkerClient::~WorkerClient() { Close(); }
 void WorkerClient::ReadLoop() {
   rpc::WorkerEvent ev;
   while (stream_->Read(&ev)) {
+    if (ev.has_result()) {
+      std::lock_guard<std::mutex> l(write_mu_);
+      unanswered_bytes_ = 0;  // the worker read every batch before this one's
+    }
     if (ev.has_result() && !closing_) {
       ev.mutable_result()->set_scheduler_received_ns(MonotonicNs());
       on_result_(std::move(*ev.mutable_result()));
@@ -51,23 +55,43 @@ void WorkerClient::ReadLoop() {
 bool WorkerClient::Send(const rpc::StepBatch& batch) {
   rpc::WorkerCommand cmd;
   *cmd.mutable_batch() = batch;
-  std::lock_guard<std::mutex> l(write_mu_);
+  const size_t bytes = cmd.ByteSizeLong();
+  std::unique_lock<std::mutex> l(write_mu_);
   if (write_failed_ || closing_) return false;
-  outbox_.push_back(std::move(cmd));
-  write_cv_.notify_one();
+  const bool direct = !writing_ && outbox_.empty() && bytes <= kDirectWriteBytes &&
+                      unanswered_bytes_ + bytes <= kDirectUnansweredBytes;
+  unanswered_bytes_ += bytes;
+  if (!direct) {
+    outbox_.push_back(std::move(cmd));
+    write_cv_.notify_one();
+    return true;
+  }
+  writing_ = true;
+  l.unlock();
+  const bool ok = stream_->Write(cmd);  // far below the window: the transport takes it at once
+  l.lock();
+  writing_ = false;
+  if (!ok) {  // the stream is broken; the reader sees it end and reports it
+    write_failed_ = true;
+    outbox_.clear();
+  } else if (!outbox_.empty()) {
+    write_cv_.notify_one();  // queued behind this write
+  }
   return true;
 }
 
 void WorkerClient::WriteLoop() {
   std::unique_lock<std::mutex> l(write_mu_);
   while (true) {
-    write_cv_.wait(l, [&] { return closing_ || !outbox_.empty(); });
-    if (closing_) return;
+    write_cv_.wait(l, [&] { return closing_ || write_failed_ || (!outbox_.empty() && !writing_); });
+    if (closing_ || write_failed_) return;
     const rpc::WorkerCommand cmd = std::move(outbox_.front());
     outbox_.pop_front();
+    writing_ = true;
     l.unlock();
     const bool ok = stream_->Write(cmd);  // blocks while the worker does not read
     l.lock();
+    writing_ = false;
     if (!ok) {  // the stream is broken; the reader sees it end and reports it
       write_failed_ = true;
       outbox_.clear();
@@ -77,8 +101,11 @@ void WorkerClient::WriteLoop() {
 }
 
 void WorkerClient::Close() {
+  // On the reader thread itself (a result's callback that closes this client) the reader
+  // cannot be joined: it stops on its own, and a later Close from another thread joins it.
+  const bool on_reader = std::this_thread::get_id() == reader_.get_id();
   if (closing_.exchange(true)) {
-    if (reader_.joinable()) reader_.join();
+    if (reader_.joinable() && !on_reader) reader_.join();
     if (writer_.joinable()) writer_.join();
     return;
   }
@@ -87,7 +114,7 @@ void WorkerClient::Close() {
     write_cv_.notify_all();
   }
   ctx_.TryCancel();  // unblocks a Write or Read in progress
-  if (reader_.joinable()) reader_.join();
+  if (reader_.joinable() && !on_reader) reader_.join();
   if (writer_.joinable()) writer_.join();
 }
 
