@@ -98,6 +98,9 @@ CLI::App* AddServeCommand(CLI::App& app, ServeArgs* a) {
   s->add_option("--http-threads", a->http_threads, "connections served at once")->check(CLI::Range(4, 8192));
   s->add_option("--drain-seconds", a->drain_s, "on SIGTERM, how long in-flight requests may finish")
       ->check(CLI::Range(0.0, 3600.0));
+  s->add_option("--step-timeout", a->step_timeout_s,
+                "a step batch unanswered this long (or 50 x its expected time, if more) fails its worker")
+      ->check(CLI::Range(0.05, 3600.0));
   s->add_flag("--no-cache", a->no_cache, "recompute every step (no approximate KV cache)");
   s->add_option("--port-file", a->port_file, "write the bound port to this file once listening");
   s->add_option("--agent-listen", a->agent_listen,
@@ -285,6 +288,7 @@ int RunServe(const ServeArgs& a) {
   ro.slo_scale = a.slo_scale;
   ro.max_live = a.max_queue;
   ro.batch_steps = a.batch_steps;
+  ro.step_timeout_s = a.step_timeout_s;
   ro.use_cache = !a.no_cache;
   ro.local_agent = !a.no_local_agent;
   ro.agent_listen = a.agent_listen;

@@ -33,6 +33,7 @@ struct ServeArgs {
   int max_prompt_chars = 65536;
   int http_threads = 512;
   double drain_s = 10;
+  double step_timeout_s = 30;  // RuntimeOptions::step_timeout_s
   bool no_cache = false;
   std::string port_file;         // write the bound port here once listening (tests, scripts)
   std::string agent_listen = "127.0.0.1:0";  // where agents join

@@ -442,6 +442,36 @@ TEST(ServeTest, KilledWorkerLosesNoRequest) {
   EXPECT_EQ(status, 200);
 }
 
+// A worker that stops answering (SIGSTOP: its process and stream stay up, it reads nothing)
+// under load: its batch times out after --step-timeout, the worker is replaced and every
+// request completes elsewhere. Nothing the server does for the other worker waits on it
+// (batches are written without blocking on a worker that stopped reading).
+TEST(ServeTest, WorkerThatStopsAnsweringIsReplacedAndLosesNoRequest) {
+  Server s({"--step-timeout", "1"});
+  ASSERT_GT(s.port(), 0) << s.Log();
+  pid_t stopped = -1;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto [ok, bad] = SendWhile(s, Heldout(40), [&](int) {
+    const std::vector<pid_t> a = ChildrenOf(s.pid());
+    if (a.size() != 1) return;
+    const std::vector<pid_t> w = ChildrenOf(a[0]);
+    if (w.size() == 2 && kill(w[0], SIGSTOP) == 0) stopped = w[0];
+  });
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_GT(stopped, 0) << "no worker to stop";
+  EXPECT_LT(took, 15) << "the requests waited for the default 30-s timeout, not --step-timeout";
+  EXPECT_EQ(ok, 40) << s.Log();
+  EXPECT_EQ(bad, 0);
+  double failures = -1;
+  for (int i = 0; i < 100 && failures < 1; ++i) {
+    if (auto m = s.Client().Get("/metrics")) failures = MetricIn(m->body, "tediserve_worker_failures_total");
+    if (failures < 1) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_GE(failures, 1) << "the stopped worker was never declared lost\n" << s.Log();
+  EXPECT_NE(s.Log().find("no answer within the step timeout"), std::string::npos) << s.Log();
+  kill(stopped, SIGCONT);  // if the agent has not removed it yet
+}
+
 // Waits until /health reports `up` instances; returns its body.
 json WaitHealthy(const Server& s, int up, double timeout_s) {
   json h;
@@ -1073,14 +1103,17 @@ TEST(ServeTest, BadFlagsExitWithAClearError) {
                                          std::vector<std::string>{"--policy", "nope"},
                                          std::vector<std::string>{"--profile", "/nonexistent.csv"},
                                          std::vector<std::string>{"--batch-steps", "0"},
-                                         std::vector<std::string>{"--batch-steps", "17"}}) {
+                                         std::vector<std::string>{"--batch-steps", "17"},
+                                         std::vector<std::string>{"--step-timeout", "0"}}) {
     Server s(extra);
     int st = -1;
     ASSERT_TRUE(s.WaitExit(30, &st)) << extra[0];
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 2) << extra[0] << ": " << s.Log();
     // A bad value of a flag with a range names the flag and the range.
-    const bool range = extra[0] == "--batch-steps";
-    EXPECT_NE(s.Log().find(range ? "not in range 1 to 16" : "error"), std::string::npos) << extra[0] << ": [" << s.Log() << "]";
+    const char* want = extra[0] == "--batch-steps"    ? "not in range 1 to 16"
+                       : extra[0] == "--step-timeout" ? "--step-timeout"
+                                                      : "error";
+    EXPECT_NE(s.Log().find(want), std::string::npos) << extra[0] << ": [" << s.Log() << "]";
   }
 }
 
