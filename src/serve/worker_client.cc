@@ -103,7 +103,7 @@ void WorkerClient::WriteLoop() {
 void WorkerClient::Close() {
   // On the reader thread itself (a result's callback that closes this client) the reader
   // cannot be joined: it stops on its own, and a later Close from another thread joins it.
-  const bool on_reader = std::this_thread::get_id() == reader_.get_id();
+  const bool on_reader = OnReaderThread();
   if (closing_.exchange(true)) {
     if (reader_.joinable() && !on_reader) reader_.join();
     if (writer_.joinable()) writer_.join();
